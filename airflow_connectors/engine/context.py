@@ -1,0 +1,68 @@
+"""What one batch needs to run anywhere: the resolved table, connector and sink, stored
+in the batch plan so an ingest job needs only the state store and the batch id."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_connectors.formats import FORMATS, Format
+from airflow_connectors.sinks import SINKS, Sink
+from airflow_connectors.spec.models import ConnectorSpec, TableSpec
+from airflow_connectors.state.store import ConnectorRef
+from airflow_connectors.transports import TRANSPORTS, Transport, WorkItem
+
+
+@dataclass
+class BatchContext:
+    pipeline: str
+    table: TableSpec
+    connector: ConnectorSpec
+    warehouse: str
+    items: list[WorkItem] = field(default_factory=list)
+    batch_id: int = 0
+    attempt: str = ""
+
+    @property
+    def ref(self) -> ConnectorRef:
+        return ConnectorRef(self.pipeline, self.table.name, self.connector.name)
+
+    def transport(self) -> Transport:
+        cls = TRANSPORTS.get(self.connector.transport.name)
+        return cls(cls.Config.model_validate(self.connector.transport.config), self.table)  # type: ignore[no-any-return]
+
+    def format(self) -> Format | None:
+        if self.connector.format is None:
+            return None
+        cls = FORMATS.get(self.connector.format.name)
+        return cls(cls.Config.model_validate(self.connector.format.config), self.table)  # type: ignore[no-any-return]
+
+    def sink(self) -> Sink:
+        cls = SINKS.get(self.table.sink.name)
+        return cls(
+            cls.Config.model_validate(self.table.sink.config),
+            pipeline=self.pipeline,
+            table=self.table,
+            warehouse=self.warehouse,
+        )  # type: ignore[no-any-return]
+
+    def to_plan(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "table": self.table.model_dump(mode="json"),
+            "connector": self.connector.model_dump(mode="json"),
+            "warehouse": self.warehouse,
+            "items": [i.to_json() for i in self.items],
+        }
+
+    @classmethod
+    def from_plan(cls, plan: dict[str, Any], batch_id: int = 0, attempt: str = "") -> BatchContext:
+        return cls(
+            pipeline=plan["pipeline"],
+            table=TableSpec.model_validate(plan["table"]),
+            connector=ConnectorSpec.model_validate(plan["connector"]),
+            warehouse=plan["warehouse"],
+            items=[WorkItem.from_json(i) for i in plan["items"]],
+            batch_id=batch_id,
+            attempt=attempt,
+        )

@@ -1,0 +1,202 @@
+"""Transports as PySpark Python data sources (``pyspark.sql.datasource``).
+
+Every registered transport is a Spark format of the same name. Users outside Airflow::
+
+    from airflow_connectors.engine.datasource import register
+    register(spark)
+    df = (spark.read.format("file_input").schema("id BIGINT, name STRING")
+          .option("path", "/data/*.json").option("format", "json")
+          .option("format.update_format", "raw").load())
+
+The engine uses the same sources in batch mode (option ``ac.batch``): each partition is a
+work item of a planned batch that decodes with pyarrow and writes its sink part from the
+executor, returning a receipt row (measured ~2x faster than handing Arrow rows to the JVM
+writer for JSON).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from airflow_connectors.engine.context import BatchContext
+from airflow_connectors.spec.models import (
+    ColumnSpec,
+    ConnectorSpec,
+    FormatSpec,
+    TableSpec,
+    TransportSpec,
+)
+from airflow_connectors.spec.types import SqlType
+from airflow_connectors.transports import TRANSPORTS, Cursor, Limits, WorkItem
+
+RECEIPT_SCHEMA = "part INT, receipt STRING"
+BATCH_OPTION = "ac.batch"
+
+
+class _ItemPartition(InputPartition):
+    def __init__(self, index: int, item: dict[str, Any]) -> None:
+        super().__init__(index)
+        self.index = index
+        self.item = item
+
+
+class _BatchReader(DataSourceReader):
+    """Engine mode: read and sink one work item per partition, yield its receipt."""
+
+    def __init__(self, plan: str) -> None:
+        self.plan = plan
+
+    def partitions(self) -> list[_ItemPartition]:
+        data = json.loads(self.plan)
+        return [_ItemPartition(i, item) for i, item in enumerate(data["plan"]["items"])]
+
+    def read(self, partition: _ItemPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        from airflow_connectors.engine.reader import ingest_item
+
+        data = json.loads(self.plan)
+        ctx = BatchContext.from_plan(data["plan"], data["batch_id"], data["attempt"])
+        outcome = ingest_item(ctx, partition.index, WorkItem.from_json(partition.item))
+        receipt = {
+            "receipt": outcome.receipt.to_json(),
+            "errors": [e.__dict__ for e in outcome.errors],
+        }
+        yield pa.RecordBatch.from_pydict(
+            {"part": pa.array([partition.index], pa.int32()), "receipt": [json.dumps(receipt)]}
+        )
+
+
+class _UserReader(DataSourceReader):
+    """User mode: discover everything the options name and return its rows."""
+
+    def __init__(self, ctx: BatchContext) -> None:
+        self.ctx = ctx
+
+    def partitions(self) -> list[_ItemPartition]:
+        items = self.ctx.transport().discover(Cursor(), Limits(max_records=10_000_000))
+        return [_ItemPartition(i, item.to_json()) for i, item in enumerate(items)]
+
+    def read(self, partition: _ItemPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        from airflow_connectors.engine.reader import RecordRejected
+        from airflow_connectors.formats.base import conform, target_schema
+
+        item = WorkItem.from_json(partition.item)
+        fmt = self.ctx.format()
+        chunks = self.ctx.transport().read(item)
+        if fmt is None:
+            schema = target_schema(self.ctx.table)
+            for rb in chunks:
+                yield from conform(pa.Table.from_batches([rb]), self.ctx.table, schema).to_batches()  # type: ignore[list-item]
+            return
+        for decoded in fmt.decode(
+            chunks, final=item.final, first_record=1, at_start=item.start == 0
+        ):  # type: ignore[arg-type]
+            if decoded.errors and self.ctx.connector.errors.tolerance == "none":
+                e = decoded.errors[0]
+                raise RecordRejected(f"record {e.record} of {item.key}: {e.error}")
+            yield from decoded.table.to_batches()
+
+
+class TransportDataSource(DataSource):
+    """A transport as a Spark data source; subclasses set ``transport_name``."""
+
+    transport_name: ClassVar[str]
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.transport_name
+
+    def schema(self) -> str:
+        if BATCH_OPTION in self.options:
+            return RECEIPT_SCHEMA
+        raise ValueError(
+            f"spark.read.format({self.transport_name!r}) needs a schema: call .schema('col TYPE, ...') first"
+        )
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if BATCH_OPTION in self.options:
+            return _BatchReader(self.options[BATCH_OPTION])
+        return _UserReader(_user_context(self.transport_name, dict(self.options), schema))
+
+
+def _user_context(transport: str, options: dict[str, str], schema: StructType) -> BatchContext:
+    cls = TRANSPORTS.get(transport)
+    fmt_name = options.pop("format", None)
+    tolerance = options.pop("errors.tolerance", "none")
+    fmt_options = {
+        k.removeprefix("format."): _value(v) for k, v in options.items() if k.startswith("format.")
+    }
+    config = (
+        json.loads(options["config"])
+        if "config" in options
+        else {k: _value(v) for k, v in options.items() if not k.startswith("format.")}
+    )
+    table = TableSpec(name="spark", columns=tuple(_column(f) for f in schema.fields))
+    connector = ConnectorSpec(
+        name="spark",
+        transport=TransportSpec(
+            name=transport, config=cls.Config.model_validate(config).model_dump(mode="json")
+        ),
+        format=FormatSpec(name=fmt_name, config=fmt_options) if fmt_name else None,
+        errors={"tolerance": tolerance},  # type: ignore[arg-type]
+    )
+    return BatchContext(pipeline="spark", table=table, connector=connector, warehouse="")
+
+
+def _value(v: str) -> Any:
+    # Spark options are strings; JSON-looking ones (true, 10, [..], {..}) become values.
+    try:
+        return json.loads(v)
+    except ValueError:
+        return v
+
+
+_SPARK_TYPES = {
+    "boolean": "BOOLEAN",
+    "tinyint": "TINYINT",
+    "smallint": "SMALLINT",
+    "int": "INT",
+    "bigint": "BIGINT",
+    "float": "REAL",
+    "double": "DOUBLE",
+    "string": "VARCHAR",
+    "date": "DATE",
+    "timestamp_ntz": "TIMESTAMP",
+    "time(6)": "TIME",
+}
+
+
+def _column(f: Any) -> ColumnSpec:
+    simple = f.dataType.simpleString()
+    if simple.startswith("decimal("):
+        p, s = simple[8:-1].split(",")
+        return ColumnSpec(name=f.name, type=SqlType("DECIMAL", int(p), int(s)), nullable=f.nullable)
+    if simple not in _SPARK_TYPES:
+        raise ValueError(
+            f"column {f.name!r}: Spark type {simple} is not supported; use one of {', '.join(_SPARK_TYPES)}, decimal(p,s)"
+        )
+    return ColumnSpec(name=f.name, type=SqlType(_SPARK_TYPES[simple]), nullable=f.nullable)
+
+
+def _source_class(name: str) -> type[TransportDataSource]:
+    cls = type(
+        f"{name}_DataSource",
+        (TransportDataSource,),
+        {"transport_name": name, "__module__": __name__},
+    )
+    globals()[cls.__name__] = cls  # module attribute, so executors unpickle it by reference
+    return cls
+
+
+SOURCES = {name: _source_class(name) for name in TRANSPORTS.names()}
+
+
+def register(spark: Any) -> None:
+    """Register every transport as a Spark data source format."""
+    for cls in SOURCES.values():
+        spark.dataSource.register(cls)

@@ -1,0 +1,147 @@
+"""Discovery (Pulsar's ``discover``): list new work after the committed offsets, plan it
+into at most ``tasks_max`` batches, persist the plans, and keep ``end_of_input`` current.
+Runs without Spark: a run that finds nothing new never starts Spark."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from itertools import islice
+
+from airflow_connectors.engine.batch import publish_committed
+from airflow_connectors.engine.context import BatchContext
+from airflow_connectors.spec.models import ConnectorSpec, PipelineSpec, TableSpec
+from airflow_connectors.state.store import ConnectorRef, StateStore
+from airflow_connectors.transports import Cursor, Limits, Transport, WorkItem
+
+log = logging.getLogger(__name__)
+
+#: Records per batch when the connector sets no ``max_batch_size`` (record-counting
+#: transports such as datagen; byte transports plan whole objects).
+DEFAULT_BATCH_RECORDS = 1_000_000
+
+
+class LeaseBusy(RuntimeError):
+    """Another discovery holds the connector's lease."""
+
+
+@dataclass
+class Discovery:
+    batch_ids: list[int]
+    new_items: int
+    end_of_input: bool
+
+
+def owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def context(
+    pipeline: PipelineSpec | str, table: TableSpec, connector: ConnectorSpec, warehouse: str
+) -> BatchContext:
+    name = pipeline if isinstance(pipeline, str) else pipeline.name
+    return BatchContext(pipeline=name, table=table, connector=connector, warehouse=warehouse)
+
+
+def roll_forward(store: StateStore, ref: ConnectorRef) -> None:
+    """Publish batches whose commit happened but whose publish a crash interrupted."""
+    for b in store.unpublished_batches(ref):
+        if b.attempt:
+            log.info(
+                "%s: publishing committed batch %d left by an interrupted run", ref, b.batch_id
+            )
+            publish_committed(
+                store, BatchContext.from_plan(b.plan, b.batch_id), b.batch_id, b.attempt
+            )
+
+
+def discover(store: StateStore, ctx: BatchContext, *, owner: str | None = None) -> Discovery:
+    """Plan new batches for the connector. Pending (planned, uncommitted) batches come
+    first: they are returned again so a crashed batch is re-run with the same plan."""
+    ref = ctx.ref
+    owner = owner or owner_id()
+    if not store.acquire_lease(ref, owner):
+        raise LeaseBusy(f"connector {ref} is being planned by another run; try again later")
+    try:
+        roll_forward(store, ref)
+        pending = [b.batch_id for b in store.pending_batches(ref)]
+        tasks_max = ctx.connector.tasks_max
+        ids = pending[:tasks_max]
+        transport = ctx.transport()
+        cursor = store.cursor(ref)
+        new_items: list[WorkItem] = []
+        if len(ids) < tasks_max:
+            slots = tasks_max - len(ids)
+            per_batch = ctx.connector.max_batch_size or DEFAULT_BATCH_RECORDS
+            limits = Limits(max_records=slots * per_batch, now=time.time())
+            new_items = list(islice(transport.discover(cursor, limits), limits.max_items))
+            plans = []
+            for items in split(new_items, slots, ctx.connector.max_batch_size):
+                batch_ctx = BatchContext(
+                    ctx.pipeline, ctx.table, ctx.connector, ctx.warehouse, items
+                )
+                plans.append(batch_ctx.to_plan())
+            if plans:
+                planned = store.plan_batches(ref, plans)
+                log.info(
+                    "%s: planned %d batch(es) %s over %d new work item(s)",
+                    ref,
+                    len(planned),
+                    planned,
+                    len(new_items),
+                )
+                ids += planned
+        eoi = False
+        if not ids:
+            eoi = _exhausted(transport, store.cursor(ref))
+            store.set_end_of_input(ref, eoi)
+        return Discovery(ids, len(new_items), eoi)
+    finally:
+        store.release_lease(ref, owner)
+
+
+def finalize(store: StateStore, ctx: BatchContext) -> bool:
+    """Recompute end of input after batches ran; returns whether the connector finished."""
+    ref = ctx.ref
+    if store.pending_batches(ref):
+        store.set_end_of_input(ref, False)
+        return False
+    eoi = _exhausted(ctx.transport(), store.cursor(ref))
+    store.set_end_of_input(ref, eoi)
+    return eoi
+
+
+def _exhausted(transport: Transport, cursor: Cursor) -> bool:
+    verdict = transport.exhausted(cursor)
+    if verdict is not None:
+        return verdict
+    return (
+        transport.bounded
+        and next(
+            iter(transport.discover(cursor, Limits(max_records=1, max_items=1, now=time.time()))),
+            None,
+        )
+        is None
+    )
+
+
+def split(items: list[WorkItem], slots: int, max_records: int | None) -> list[list[WorkItem]]:
+    """Contiguous groups in key order: by record count where known, else evenly."""
+    if not items:
+        return []
+    if max_records and all(i.records is not None for i in items):
+        groups: list[list[WorkItem]] = [[]]
+        size = 0
+        for item in items:
+            if groups[-1] and size + (item.records or 0) > max_records:
+                groups.append([])
+                size = 0
+            groups[-1].append(item)
+            size += item.records or 0
+        return groups[:slots]
+    n = min(slots, len(items))
+    per = -(-len(items) // n)
+    return [items[i : i + per] for i in range(0, len(items), per)]

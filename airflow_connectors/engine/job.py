@@ -1,0 +1,53 @@
+"""The ingest job: ``python -m airflow_connectors.engine.job --batch-id N`` (what
+spark-submit runs). Everything else comes from the batch plan in the state store."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from airflow_connectors.engine.batch import BatchFailed, run_batch
+from airflow_connectors.settings import Settings
+from airflow_connectors.state.store import StateStore
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="airflow-connectors-ingest", description=__doc__)
+    parser.add_argument(
+        "--batch-id", type=int, required=True, action="append", help="batch to ingest (repeatable)"
+    )
+    parser.add_argument("--state-store-url")
+    parser.add_argument("--spark-master")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = Settings.load(state_store_url=args.state_store_url, spark_master=args.spark_master)
+    store = StateStore(settings.state_store_url)
+    session = None
+
+    def spark():  # type: ignore[no-untyped-def]
+        nonlocal session
+        if session is None:
+            from pyspark.sql import SparkSession
+
+            from airflow_connectors.engine.datasource import register
+            from airflow_connectors.engine.spark import spark_session
+
+            active = SparkSession.getActiveSession()  # under spark-submit the master is set there
+            session = active or spark_session(settings)
+            register(session)
+        return session
+
+    try:
+        for batch_id in args.batch_id:
+            run_batch(store, batch_id, spark)
+    except BatchFailed as e:
+        print(f"ingest failed: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

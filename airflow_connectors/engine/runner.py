@@ -1,0 +1,154 @@
+"""Embedded runs: every active connector of a pipeline discovers and ingests until there
+is nothing new, on local Spark, without an Airflow scheduler.
+
+A connector is active when the pipeline is running and the connector is not paused;
+a ``start_after`` connector waits until every connector carrying one of its labels has
+finished (end of input and nothing planned-but-uncommitted).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_connectors.engine.batch import BatchResult, run_batch
+from airflow_connectors.engine.context import BatchContext
+from airflow_connectors.engine.discovery import discover, finalize
+from airflow_connectors.settings import Settings
+from airflow_connectors.spec.models import ConnectorSpec, PipelineSpec, TableSpec
+from airflow_connectors.state.store import ConnectorRef, StateStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ConnectorReport:
+    endpoint: str
+    status: str = "idle"  # paused | waiting | finished | idle
+    batches: int = 0
+    records: int = 0
+    parse_errors: int = 0
+
+
+@dataclass
+class RunReport:
+    pipeline: str
+    connectors: dict[str, ConnectorReport] = field(default_factory=dict)
+    spark_started: bool = False
+
+    @property
+    def batches(self) -> int:
+        return sum(c.batches for c in self.connectors.values())
+
+
+def connector_paused(store: StateStore, ref: ConnectorRef, spec: ConnectorSpec) -> bool:
+    st = store.status(ref)
+    return spec.paused if st is None or st.paused is None else st.paused
+
+
+def waiting_for(store: StateStore, pipeline: PipelineSpec, spec: ConnectorSpec) -> list[str]:
+    """Endpoints carrying a label in ``spec.start_after`` that have not finished."""
+    if not spec.start_after:
+        return []
+    blocking = []
+    for table, other in pipeline.connectors():
+        if set(other.labels) & set(spec.start_after):
+            st = store.status(ConnectorRef(pipeline.name, table.name, other.name))
+            if st is None or not st.finished:
+                blocking.append(f"{table.name}.{other.name}")
+    return blocking
+
+
+class EmbeddedRunner:
+    def __init__(
+        self,
+        pipeline: PipelineSpec,
+        settings: Settings,
+        store: StateStore | None = None,
+        spark: Callable[[], Any] | None = None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.settings = settings
+        self.store = store or StateStore(settings.state_store_url)
+        self._spark_factory = spark
+        self._spark: Any = None
+
+    def spark(self) -> Any:
+        if self._spark is None:
+            if self._spark_factory is not None:
+                self._spark = self._spark_factory()
+            else:
+                from airflow_connectors.engine.spark import spark_session
+
+                log.info("starting Spark (%s)", self.settings.spark_master)
+                self._spark = spark_session(
+                    self.settings, f"airflow-connectors {self.pipeline.name}"
+                )
+        return self._spark
+
+    def context(self, table: TableSpec, connector: ConnectorSpec) -> BatchContext:
+        return BatchContext(self.pipeline.name, table, connector, self.settings.warehouse)
+
+    def run(self, only: str | None = None, max_rounds: int | None = None) -> RunReport:
+        report = RunReport(self.pipeline.name)
+        targets = [
+            (t, c)
+            for t, c in self.pipeline.connectors()
+            if only is None or f"{t.name}.{c.name}" == only
+        ]
+        if only is not None and not targets:
+            self.pipeline.find(only)  # raises KeyError naming the tables/connectors
+        for t, c in targets:
+            self.store.ensure_connector(
+                ConnectorRef(self.pipeline.name, t.name, c.name), paused=c.paused
+            )
+            report.connectors[f"{t.name}.{c.name}"] = ConnectorReport(f"{t.name}.{c.name}")
+        if self.store.pipeline_paused(self.pipeline.name):
+            log.info(
+                "pipeline %s is paused: no connector runs (resume it first)", self.pipeline.name
+            )
+            for r in report.connectors.values():
+                r.status = "paused"
+            return report
+        rounds = 0
+        while max_rounds is None or rounds < max_rounds:
+            rounds += 1
+            progress = False
+            for table, spec in targets:
+                rep = report.connectors[f"{table.name}.{spec.name}"]
+                ref = ConnectorRef(self.pipeline.name, table.name, spec.name)
+                if connector_paused(self.store, ref, spec):
+                    rep.status = "paused"
+                    continue
+                blocking = waiting_for(self.store, self.pipeline, spec)
+                if blocking:
+                    if rep.status != "waiting":
+                        log.info(
+                            "%s waits for %s to finish (start_after %s)",
+                            ref,
+                            ", ".join(blocking),
+                            list(spec.start_after or ()),
+                        )
+                    rep.status = "waiting"
+                    continue
+                ctx = self.context(table, spec)
+                found = discover(self.store, ctx)
+                for batch_id in found.batch_ids:
+                    result = run_batch(self.store, batch_id, self.spark)
+                    self._count(rep, result)
+                    progress = True
+                finished = finalize(self.store, ctx) if found.batch_ids else found.end_of_input
+                rep.status = "finished" if finished else "idle"
+            if not progress:
+                break
+        report.spark_started = self._spark is not None
+        return report
+
+    @staticmethod
+    def _count(rep: ConnectorReport, result: BatchResult) -> None:
+        if result.committed:
+            rep.batches += 1
+            rep.records += result.records
+            rep.parse_errors += result.parse_errors

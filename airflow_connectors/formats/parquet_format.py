@@ -1,0 +1,58 @@
+"""``parquet``: Parquet objects; columns matched by name and cast to the table's types."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from airflow_connectors.formats.base import Decoded, Format, clip, conform, isolate, target_schema
+from airflow_connectors.transports.base import StrictConfig
+
+if TYPE_CHECKING:
+    pass
+
+
+class ParquetConfig(StrictConfig):
+    """Feldera's parquet parser takes no settings."""
+
+
+class ParquetFormat(Format):
+    name = "parquet"
+    Config = ParquetConfig
+
+    def decode(
+        self, chunks: Iterator[bytes], *, final: bool, first_record: int, at_start: bool
+    ) -> Iterator[Decoded]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = target_schema(self.table)
+        data = b"".join(chunks)
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        columns = [c for c in self.table.column_names if c in pf.schema_arrow.names]
+        record = first_record
+        for group in range(pf.num_row_groups):
+            raw = pf.read_row_group(group, columns=columns)
+            try:
+                table = conform(raw, self.table, schema)
+                out = Decoded(table, [], raw.num_rows, 0)
+            except Exception:
+                rows = range(raw.num_rows)
+                tables, errors = isolate(
+                    rows,
+                    lambda rs, raw=raw: conform(raw.slice(rs[0], len(rs)), self.table, schema),
+                    record,
+                    lambda i, raw=raw: clip(
+                        json.dumps(raw.slice(i, 1).to_pylist()[0], default=str)
+                    ),
+                )
+                out = Decoded(
+                    pa.concat_tables(tables) if tables else schema.empty_table(),
+                    errors,
+                    raw.num_rows,
+                    0,
+                )
+            record += out.records
+            yield out
+        yield Decoded(schema.empty_table(), [], 0, len(data))

@@ -1,0 +1,68 @@
+"""Settings from Airflow's config section ``[connectors]`` without importing Airflow.
+
+Precedence (as in Airflow): environment ``AIRFLOW__CONNECTORS__<KEY>``, then
+``$AIRFLOW_HOME/airflow.cfg`` section ``[connectors]``, then the embedded defaults under
+``$AIRFLOW_HOME/connectors`` (``AIRFLOW_HOME`` defaults to ``~/airflow``, as in Airflow).
+CLI flags override all of them.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+SECTION = "connectors"
+
+
+def airflow_home() -> Path:
+    return Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow").expanduser()
+
+
+def _option(key: str) -> str | None:
+    env = os.environ.get(f"AIRFLOW__{SECTION.upper()}__{key.upper()}")
+    if env:
+        return env
+    cfg_path = Path(os.environ.get("AIRFLOW_CONFIG") or airflow_home() / "airflow.cfg")
+    if cfg_path.is_file():
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.read(cfg_path)
+        if parser.has_option(SECTION, key):
+            return parser.get(SECTION, key) or None
+    return None
+
+
+@dataclass(frozen=True)
+class Settings:
+    state_store_url: str
+    warehouse: str
+    spark_master: str = "local[*]"
+    spark_driver_memory: str = "2g"
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        state_store_url: str | None = None,
+        warehouse: str | None = None,
+        spark_master: str | None = None,
+    ) -> Settings:
+        base = airflow_home() / "connectors"
+        s = cls(
+            state_store_url=_option("state_store_url") or f"sqlite:///{base / 'state.db'}",
+            warehouse=_option("warehouse") or str(base / "warehouse"),
+            spark_master=_option("spark_master") or "local[*]",
+            spark_driver_memory=_option("spark_driver_memory") or "2g",
+        )
+        s = replace(
+            s,
+            state_store_url=state_store_url or s.state_store_url,
+            warehouse=warehouse or s.warehouse,
+            spark_master=spark_master or s.spark_master,
+        )
+        if s.state_store_url.startswith("sqlite:///"):
+            Path(s.state_store_url.removeprefix("sqlite:///")).parent.mkdir(
+                parents=True, exist_ok=True
+            )
+        return replace(s, warehouse=os.path.abspath(os.path.expanduser(s.warehouse)))

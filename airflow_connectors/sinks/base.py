@@ -1,0 +1,60 @@
+"""The sink contract: stage a batch's rows from the executors, publish it once the batch
+is committed. Re-running a batch replaces its staged output, never duplicates it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from airflow_connectors.transports.base import StrictConfig
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from airflow_connectors.spec.models import TableSpec
+
+Kind = Literal["rows", "errors"]
+
+
+class PartWriter(ABC):
+    """Writes one work item's rows (or dead letters) of one batch attempt."""
+
+    @abstractmethod
+    def write(self, table: pa.Table) -> None: ...
+
+    @abstractmethod
+    def close(self) -> int:
+        """Finish the part; returns rows written."""
+
+
+class Sink(ABC):
+    name: ClassVar[str]
+    Config: ClassVar[type[StrictConfig]]
+
+    def __init__(
+        self, config: StrictConfig, *, pipeline: str, table: TableSpec, warehouse: str
+    ) -> None:
+        self.config = config
+        self.pipeline = pipeline
+        self.table = table
+        self.warehouse = warehouse
+
+    @abstractmethod
+    def location(self, kind: Kind = "rows") -> str:
+        """Where the table (or its dead-letter table) can be read."""
+
+    @abstractmethod
+    def prepare(self, batch_id: int, attempt: str) -> None:
+        """Before an attempt writes: remove anything an earlier attempt of it left."""
+
+    @abstractmethod
+    def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:
+        """A writer for one part; runs inside Spark executors."""
+
+    @abstractmethod
+    def publish(self, batch_id: int, attempt: str) -> None:
+        """Make a committed attempt visible. Idempotent: called again after a crash."""
+
+    @abstractmethod
+    def discard(self, batch_id: int, attempt: str | None = None) -> None:
+        """Drop staged output of an attempt (or every attempt of the batch)."""

@@ -1,0 +1,118 @@
+"""``parquet``: a folder of Parquet files at ``<warehouse>/<pipeline>/<table>``, readable by
+``spark.read.parquet``, pyarrow and DuckDB. Bad records go to ``<table>__errors`` beside it.
+
+Executors write each part to a staging folder outside the table; only a committed batch
+is moved in (file renames on one filesystem), so readers never see a crashed attempt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from typing import TYPE_CHECKING, Literal
+
+from airflow_connectors.sinks.base import Kind, PartWriter, Sink
+from airflow_connectors.transports.base import StrictConfig
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+class ParquetSinkConfig(StrictConfig):
+    #: Folder of the table; default ``<warehouse>/<pipeline>/<table>``.
+    path: str | None = None
+    compression: Literal["snappy", "zstd", "gzip", "none"] = "snappy"
+
+
+def errors_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("connector", pa.string()),
+            ("source_key", pa.string()),
+            ("record_number", pa.int64()),
+            ("raw_text", pa.string()),
+            ("error", pa.string()),
+            ("batch_id", pa.int64()),
+        ]
+    )
+
+
+class _ParquetPart(PartWriter):
+    def __init__(self, final_path: str, compression: str) -> None:
+        self.final_path = final_path
+        self.tmp_path = f"{final_path}.{uuid.uuid4().hex}.tmp"
+        self.compression = compression
+        self._writer: object | None = None
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        import pyarrow.parquet as pq
+
+        if table.num_rows == 0:
+            return
+        if self._writer is None:
+            os.makedirs(os.path.dirname(self.final_path), exist_ok=True)
+            self._writer = pq.ParquetWriter(
+                self.tmp_path, table.schema, compression=self.compression
+            )
+        self._writer.write_table(table, row_group_size=1 << 20)  # type: ignore[attr-defined]
+        self.rows += table.num_rows
+
+    def close(self) -> int:
+        if self._writer is not None:
+            self._writer.close()  # type: ignore[attr-defined]
+            os.replace(self.tmp_path, self.final_path)
+        return self.rows
+
+
+class ParquetSink(Sink):
+    name = "parquet"
+    Config = ParquetSinkConfig
+    config: ParquetSinkConfig
+
+    def location(self, kind: Kind = "rows") -> str:
+        base = self.config.path or os.path.join(self.warehouse, self.pipeline, self.table.name)
+        return base if kind == "rows" else f"{base}__errors"
+
+    def _staging(self, batch_id: int, attempt: str | None = None) -> str:
+        root = os.path.join(self.warehouse, self.pipeline, "_staging", self.table.name)
+        return root if attempt is None else os.path.join(root, f"batch-{batch_id:010d}-{attempt}")
+
+    def prepare(self, batch_id: int, attempt: str) -> None:
+        shutil.rmtree(self._staging(batch_id, attempt), ignore_errors=True)
+
+    def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:
+        name = f"part-{batch_id:010d}-{part:05d}.parquet"
+        return _ParquetPart(
+            os.path.join(self._staging(batch_id, attempt), kind, name), self.config.compression
+        )
+
+    def publish(self, batch_id: int, attempt: str) -> None:
+        staging = self._staging(batch_id, attempt)
+        for kind in ("rows", "errors"):
+            src = os.path.join(staging, kind)
+            if not os.path.isdir(src):
+                continue
+            dest = self.location(kind)  # type: ignore[arg-type]
+            os.makedirs(dest, exist_ok=True)
+            for name in sorted(os.listdir(src)):
+                if name.endswith(".parquet"):
+                    os.replace(os.path.join(src, name), os.path.join(dest, name))
+        self.discard(batch_id)
+
+    def discard(self, batch_id: int, attempt: str | None = None) -> None:
+        if attempt is not None:
+            shutil.rmtree(self._staging(batch_id, attempt), ignore_errors=True)
+            return
+        root = self._staging(batch_id)
+        prefix = f"batch-{batch_id:010d}-"
+        if os.path.isdir(root):
+            for name in os.listdir(root):
+                if name.startswith(prefix):
+                    shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            with contextlib.suppress(OSError):  # only when empty: other batches may be staging
+                os.removedirs(root)

@@ -1,0 +1,136 @@
+"""Validated, immutable pipeline-spec models (layer 1: no Airflow, no Spark).
+
+The JSON shape of a connector is Feldera's (``name``, ``paused``, ``labels``,
+``start_after``, ``transport``, ``format``, ``max_batch_size``) plus ours (``tasks_max``,
+``trigger``, ``errors``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from airflow_connectors.spec.types import SqlType
+
+CONNECTOR_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,100}$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _labels(value: Any) -> Any:
+    # Feldera's docs write both "labels": "price.backfill" and "labels": ["a", "b"].
+    if isinstance(value, str):
+        return (value,)
+    return value
+
+
+class TransportSpec(_Model):
+    """``{name, config}``: which transport reads the data and its settings."""
+
+    name: str
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class FormatSpec(_Model):
+    """``{name, config}``: how the transport's bytes become records."""
+
+    name: str
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorsSpec(_Model):
+    """Kafka Connect's ``errors.tolerance``: ``none`` fails the batch on the first bad
+    record; ``all`` sends bad records to the table's dead-letter table."""
+
+    tolerance: Literal["none", "all"] = "none"
+
+
+class TriggerSpec(_Model):
+    """When discovery runs under Airflow. ``schedule``: ``None`` (manual or asset-driven),
+    a cron expression or preset such as ``@hourly``. ``poll_interval`` (seconds) makes
+    the connector's event trigger poll the source for new data."""
+
+    schedule: str | None = None
+    poll_interval: float | None = Field(default=None, gt=0)
+
+
+class ConnectorSpec(_Model):
+    """One input connector of a table."""
+
+    name: str
+    paused: bool = False
+    labels: tuple[str, ...] = ()
+    start_after: tuple[str, ...] | None = None
+    transport: TransportSpec
+    format: FormatSpec | None = None
+    max_batch_size: int | None = Field(default=None, gt=0)
+    tasks_max: int = Field(default=1, ge=1, le=1000)
+    trigger: TriggerSpec | None = None
+    errors: ErrorsSpec = ErrorsSpec()
+
+    _split_labels = field_validator("labels", "start_after", mode="before")(_labels)
+
+
+class ColumnSpec(_Model):
+    name: str
+    type: SqlType
+    nullable: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.type}{'' if self.nullable else ' NOT NULL'}"
+
+
+class SinkSpec(_Model):
+    """Where a table's rows go. Default: a Parquet table under the warehouse."""
+
+    name: str = "parquet"
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class TableSpec(_Model):
+    name: str
+    columns: tuple[ColumnSpec, ...]
+    sink: SinkSpec = SinkSpec()
+    connectors: tuple[ConnectorSpec, ...] = ()
+
+    def connector(self, name: str) -> ConnectorSpec:
+        for c in self.connectors:
+            if c.name == name:
+                return c
+        raise KeyError(
+            f"table {self.name!r} has no connector {name!r}; "
+            f"its connectors: {', '.join(c.name for c in self.connectors) or '(none)'}"
+        )
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+
+class PipelineSpec(_Model):
+    name: str
+    tables: tuple[TableSpec, ...]
+    source: str | None = None
+
+    def table(self, name: str) -> TableSpec:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise KeyError(
+            f"pipeline {self.name!r} has no table {name!r}; its tables: "
+            f"{', '.join(t.name for t in self.tables)}"
+        )
+
+    def connectors(self) -> list[tuple[TableSpec, ConnectorSpec]]:
+        return [(t, c) for t in self.tables for c in t.connectors]
+
+    def find(self, endpoint: str) -> tuple[TableSpec, ConnectorSpec]:
+        """Look up ``table.connector``."""
+        table, _, connector = endpoint.partition(".")
+        if not connector:
+            raise KeyError(f"expected TABLE.CONNECTOR, got {endpoint!r}")
+        t = self.table(table)
+        return t, t.connector(connector)

@@ -1,0 +1,93 @@
+"""Feldera SQL DDL: ``CREATE TABLE t (...) WITH ('connectors' = '[...]')``, parsed with
+sqlglot (a real SQL parser) into the same raw table documents YAML specs produce."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class SqlTable:
+    name: str
+    columns: dict[str, str | tuple[Any, bool]]  # name -> (SqlType, nullable) or error text
+    connectors: Any = None  # the parsed JSON value of the 'connectors' property
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (relative path, message)
+
+
+def parse_create_tables(sql: str) -> tuple[list[SqlTable], list[tuple[str, str]]]:
+    """Parse every statement; returns tables and statement-level errors (path, message)."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ParseError
+
+    from airflow_connectors.spec.types import from_column_def
+
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
+    except ParseError as e:
+        detail = e.errors[0] if e.errors else {}
+        where = f" at line {detail.get('line')}, column {detail.get('col')}" if detail else ""
+        return [], [("sql", f"cannot parse SQL{where}: {detail.get('description', str(e))}")]
+    tables: list[SqlTable] = []
+    errors: list[tuple[str, str]] = []
+    for i, stmt in enumerate(statements):
+        if not (
+            isinstance(stmt, exp.Create)
+            and stmt.kind == "TABLE"
+            and isinstance(stmt.this, exp.Schema)
+        ):
+            errors.append(
+                (
+                    f"sql[{i}]",
+                    f"expected CREATE TABLE name (columns...) WITH (...), got: {stmt.sql()[:80]}",
+                )
+            )
+            continue
+        table_id = stmt.this.this
+        table = SqlTable(_ident(table_id), {})
+        for col in stmt.this.expressions:
+            if not isinstance(col, exp.ColumnDef):
+                continue  # table constraints such as PRIMARY KEY (a, b)
+            name = _ident(col.this)
+            try:
+                table.columns[name] = from_column_def(col)
+            except ValueError as e:
+                table.columns[name] = str(e)
+        props = stmt.args.get("properties")
+        for prop in props.expressions if props else []:
+            key = prop.this.this if isinstance(prop.this, exp.Literal) else prop.name
+            if str(key).lower() != "connectors":
+                table.errors.append(
+                    (
+                        str(key),
+                        f"unknown table property {key!r}; the supported property is 'connectors'",
+                    )
+                )
+                continue
+            value = prop.args.get("value")
+            text = value.this if isinstance(value, exp.Literal) and value.is_string else None
+            if text is None:
+                table.errors.append(
+                    ("connectors", "expected 'connectors' = '<JSON array>' (a string literal)")
+                )
+                continue
+            try:
+                table.connectors = json.loads(text)
+            except json.JSONDecodeError as e:
+                table.errors.append(
+                    (
+                        "connectors",
+                        f"'connectors' is not legal JSON: {e.msg} at line {e.lineno}, column {e.colno} of the string",
+                    )
+                )
+        tables.append(table)
+    return tables, errors
+
+
+def _ident(node: Any) -> str:
+    """Feldera lower-cases unquoted identifiers and keeps quoted ones as written."""
+    name = str(node.name if hasattr(node, "name") else node)
+    quoted = bool(getattr(node, "args", {}).get("quoted")) if hasattr(node, "args") else False
+    return name if quoted else name.lower()

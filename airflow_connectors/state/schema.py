@@ -1,0 +1,154 @@
+"""State-store tables and their forward migrations.
+
+``ac_schema.version`` records the applied version; :func:`migrate` applies the missing
+steps in order inside one transaction each. Add a step, never edit a released one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+metadata = sa.MetaData()
+
+_key = (
+    sa.Column("pipeline", sa.String(200), primary_key=True),
+    sa.Column("table_name", sa.String(200), primary_key=True),
+    sa.Column("connector", sa.String(100), primary_key=True),
+)
+
+
+def _pk() -> list[sa.Column]:
+    return [c.copy() for c in _key]  # type: ignore[attr-defined]
+
+
+schema_version = sa.Table("ac_schema", metadata, sa.Column("version", sa.Integer, nullable=False))
+
+pipelines = sa.Table(
+    "ac_pipelines",
+    metadata,
+    sa.Column("pipeline", sa.String(200), primary_key=True),
+    sa.Column("paused", sa.Boolean, nullable=False, default=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
+connectors = sa.Table(
+    "ac_connectors",
+    metadata,
+    *_pk(),
+    sa.Column("paused", sa.Boolean, nullable=True),  # None: as the spec says
+    sa.Column("end_of_input", sa.Boolean, nullable=False, default=False),
+    sa.Column("total_records", sa.BigInteger, nullable=False, default=0),
+    sa.Column("total_bytes", sa.BigInteger, nullable=False, default=0),
+    sa.Column("num_parse_errors", sa.BigInteger, nullable=False, default=0),
+    sa.Column("num_transport_errors", sa.BigInteger, nullable=False, default=0),
+    sa.Column("fatal_error", sa.Text, nullable=True),
+    sa.Column("state", sa.String(20), nullable=False, default="UNASSIGNED"),
+    sa.Column("first_discovered_at", sa.Float, nullable=True),
+    sa.Column("finished_at", sa.Float, nullable=True),
+    sa.Column("lease_owner", sa.String(200), nullable=True),
+    sa.Column("lease_until", sa.Float, nullable=True),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
+batches = sa.Table(
+    "ac_batches",
+    metadata,
+    sa.Column("batch_id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("pipeline", sa.String(200), nullable=False),
+    sa.Column("table_name", sa.String(200), nullable=False),
+    sa.Column("connector", sa.String(100), nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),  # planned | committed
+    sa.Column("plan", sa.JSON, nullable=False),
+    sa.Column("planned_records", sa.BigInteger, nullable=True),
+    sa.Column("planned_items", sa.Integer, nullable=False),
+    sa.Column("planned_bytes", sa.BigInteger, nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("attempt", sa.String(64), nullable=True),  # the committed attempt
+    sa.Column("records", sa.BigInteger, nullable=True),
+    sa.Column("bytes", sa.BigInteger, nullable=True),
+    sa.Column("parse_errors", sa.BigInteger, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("committed_at", sa.Float, nullable=True),
+    sa.Column("published", sa.Boolean, nullable=False, default=False),  # since v2
+)
+
+offsets = sa.Table(
+    "ac_offsets",
+    metadata,
+    *_pk(),
+    sa.Column("key", sa.String(2048), primary_key=True),
+    sa.Column("offset", sa.BigInteger, nullable=False),
+    sa.Column("records", sa.BigInteger, nullable=False),
+    sa.Column("completed", sa.Boolean, nullable=False),
+    sa.Column("meta", sa.JSON, nullable=True),
+    sa.Column("batch_id", sa.Integer, nullable=False),
+)
+
+errors = sa.Table(
+    "ac_errors",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("pipeline", sa.String(200), nullable=False),
+    sa.Column("table_name", sa.String(200), nullable=False),
+    sa.Column("connector", sa.String(100), nullable=False),
+    sa.Column("kind", sa.String(20), nullable=False),  # parse | transport
+    sa.Column("timestamp", sa.Float, nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("source_key", sa.String(2048), nullable=True),
+    sa.Column("record_number", sa.BigInteger, nullable=True),
+    sa.Column("batch_id", sa.Integer, nullable=True),
+)
+
+
+def _v1(conn: Connection) -> None:
+    # Version 1 had every table, but ac_batches without `published`.
+    tables = [schema_version, pipelines, connectors, offsets, errors]
+    metadata.create_all(conn, tables=tables)
+    cols = [c.copy() for c in batches.columns if c.name != "published"]  # type: ignore[attr-defined]
+    sa.Table("ac_batches", sa.MetaData(), *cols).create(conn)
+
+
+def _v2(conn: Connection) -> None:
+    # Batches are published (moved into the table) after their commit; a committed but
+    # unpublished batch is rolled forward by the next run.
+    conn.execute(
+        sa.text("ALTER TABLE ac_batches ADD COLUMN published BOOLEAN NOT NULL DEFAULT FALSE")
+    )
+    conn.execute(sa.text("UPDATE ac_batches SET published = (status = 'committed')"))
+    sa.Index(
+        "ix_ac_batches_connector_status",
+        batches.c.pipeline,
+        batches.c.table_name,
+        batches.c.connector,
+        batches.c.status,
+    ).create(conn)
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2]
+LATEST = len(MIGRATIONS)
+
+
+def current_version(conn: Connection) -> int:
+    if not sa.inspect(conn).has_table("ac_schema"):
+        return 0
+    return int(conn.execute(sa.select(schema_version.c.version)).scalar() or 0)
+
+
+def migrate(engine: sa.Engine, target: int = LATEST) -> int:
+    """Bring the store to ``target``; returns the version it started from."""
+    with engine.begin() as conn:
+        start = current_version(conn)
+    if start > LATEST:
+        raise RuntimeError(
+            f"the state store has schema version {start}, newer than this airflow-connectors "
+            f"understands ({LATEST}); upgrade airflow-connectors"
+        )
+    for version in range(start + 1, target + 1):
+        with engine.begin() as conn:
+            MIGRATIONS[version - 1](conn)
+            conn.execute(sa.delete(schema_version))
+            conn.execute(sa.insert(schema_version).values(version=version))
+    return start

@@ -1,0 +1,585 @@
+"""The connector state store: offsets, batches, metrics, errors, flags and leases.
+
+The framework owns offsets: they change only in :meth:`StateStore.commit_batch`, in the
+same transaction as the batch's state and metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from airflow_connectors.state import schema as s
+from airflow_connectors.transports.base import Cursor, KeyOffset
+
+MAX_ERRORS = 100
+
+
+@dataclass(frozen=True)
+class ConnectorRef:
+    pipeline: str
+    table: str
+    connector: str
+
+    @property
+    def endpoint_name(self) -> str:
+        return f"{self.table}.{self.connector}"
+
+    def __str__(self) -> str:
+        return f"{self.pipeline}.{self.table}.{self.connector}"
+
+    def where(self, t: sa.Table) -> sa.ColumnElement[bool]:
+        return sa.and_(
+            t.c.pipeline == self.pipeline,
+            t.c.table_name == self.table,
+            t.c.connector == self.connector,
+        )
+
+
+@dataclass(frozen=True)
+class ItemReceipt:
+    """What reading one work item did; the commit turns it into the key's offset."""
+
+    key: str
+    offset: int  # where the next read of this key starts
+    records: int  # good rows written
+    bad: int  # records that failed to parse
+    bytes: int
+    completed: bool
+    records_done: int  # records of this key committed before this batch
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    kind: str  # parse | transport
+    message: str
+    source_key: str | None = None
+    record_number: int | None = None
+
+
+@dataclass
+class Batch:
+    batch_id: int
+    ref: ConnectorRef
+    status: str
+    plan: dict[str, Any]
+    planned_records: int | None
+    planned_items: int
+    attempt: str | None
+    published: bool
+    records: int | None = None
+    committed_at: float | None = None
+    created_at: float = 0.0
+
+
+@dataclass
+class ConnectorState:
+    ref: ConnectorRef
+    paused: bool | None = None
+    end_of_input: bool = False
+    total_records: int = 0
+    total_bytes: int = 0
+    num_parse_errors: int = 0
+    num_transport_errors: int = 0
+    fatal_error: str | None = None
+    state: str = "UNASSIGNED"
+    finished_at: float | None = None
+    buffered_records: int = 0
+    buffered_batches: int = 0
+    parse_errors: list[dict[str, Any]] = field(default_factory=list)
+    transport_errors: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        """Feldera's test: end of input and nothing planned-but-uncommitted."""
+        return self.end_of_input and self.buffered_batches == 0
+
+
+class StateStore:
+    """SQLAlchemy-backed store; SQLite (embedded) or PostgreSQL by URL."""
+
+    def __init__(self, url: str, *, migrate: bool = True) -> None:
+        self.url = url
+        kwargs: dict[str, Any] = {"future": True}
+        if url.startswith("sqlite"):
+            kwargs["connect_args"] = {"timeout": 60}
+        else:
+            kwargs["pool_pre_ping"] = True
+        self.engine = sa.create_engine(url, **kwargs)
+        if url.startswith("sqlite"):
+            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+        if migrate:
+            s.migrate(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def tx(self) -> Iterator[sa.Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    # --- connectors and flags -----------------------------------------------------
+
+    def ensure_connector(
+        self, ref: ConnectorRef, conn: sa.Connection | None = None, *, paused: bool | None = None
+    ) -> None:
+        """Create the connector's row; ``paused`` is its initial state (the spec's
+        ``paused``, as Feldera creates connectors), later changed only by pause/start."""
+        if conn is None:
+            with self.tx() as c:
+                return self.ensure_connector(ref, c, paused=paused)
+        exists = conn.execute(
+            sa.select(s.connectors.c.connector).where(ref.where(s.connectors))
+        ).first()
+        if exists is None:
+            conn.execute(
+                sa.insert(s.connectors).values(
+                    pipeline=ref.pipeline,
+                    table_name=ref.table,
+                    connector=ref.connector,
+                    end_of_input=False,
+                    paused=paused,
+                    total_records=0,
+                    total_bytes=0,
+                    num_parse_errors=0,
+                    num_transport_errors=0,
+                    state="UNASSIGNED",
+                    updated_at=time.time(),
+                )
+            )
+        return None
+
+    def pipeline_paused(self, pipeline: str) -> bool:
+        with self.tx() as conn:
+            row = conn.execute(
+                sa.select(s.pipelines.c.paused).where(s.pipelines.c.pipeline == pipeline)
+            ).first()
+        return bool(row[0]) if row else False
+
+    def set_pipeline_paused(self, pipeline: str, paused: bool) -> None:
+        with self.tx() as conn:
+            n = conn.execute(
+                sa.update(s.pipelines)
+                .where(s.pipelines.c.pipeline == pipeline)
+                .values(paused=paused, updated_at=time.time())
+            ).rowcount
+            if not n:
+                conn.execute(
+                    sa.insert(s.pipelines).values(
+                        pipeline=pipeline, paused=paused, updated_at=time.time()
+                    )
+                )
+
+    def set_connector_paused(self, ref: ConnectorRef, paused: bool | None) -> None:
+        with self.tx() as conn:
+            self.ensure_connector(ref, conn)
+            conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors))
+                .values(paused=paused, updated_at=time.time())
+            )
+
+    def acquire_lease(self, ref: ConnectorRef, owner: str, ttl: float = 600.0) -> bool:
+        """Only one discovery plans for a connector at a time."""
+        now = time.time()
+        with self.tx() as conn:
+            self.ensure_connector(ref, conn)
+            c = s.connectors.c
+            n = conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors))
+                .where(sa.or_(c.lease_owner.is_(None), c.lease_until < now, c.lease_owner == owner))
+                .values(lease_owner=owner, lease_until=now + ttl)
+            ).rowcount
+        return n == 1
+
+    def release_lease(self, ref: ConnectorRef, owner: str) -> None:
+        with self.tx() as conn:
+            conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors), s.connectors.c.lease_owner == owner)
+                .values(lease_owner=None, lease_until=None)
+            )
+
+    # --- offsets and batches ------------------------------------------------------
+
+    def cursor(self, ref: ConnectorRef) -> Cursor:
+        with self.tx() as conn:
+            rows = conn.execute(
+                sa.select(
+                    s.offsets.c.key,
+                    s.offsets.c.offset,
+                    s.offsets.c.records,
+                    s.offsets.c.completed,
+                    s.offsets.c.meta,
+                ).where(ref.where(s.offsets))
+            ).all()
+            first = conn.execute(
+                sa.select(s.connectors.c.first_discovered_at).where(ref.where(s.connectors))
+            ).scalar()
+            plans = (
+                conn.execute(
+                    sa.select(s.batches.c.plan).where(
+                        ref.where(s.batches), s.batches.c.status == "planned"
+                    )
+                )
+                .scalars()
+                .all()
+            )
+        in_flight = frozenset(item["key"] for plan in plans for item in plan["items"])
+        return Cursor(
+            offsets={
+                r.key: KeyOffset(r.offset, r.records, bool(r.completed), r.meta or {}) for r in rows
+            },
+            in_flight=in_flight,
+            first_discovered_at=first,
+        )
+
+    def pending_batches(self, ref: ConnectorRef) -> list[Batch]:
+        return self._batches(ref, s.batches.c.status == "planned")
+
+    def unpublished_batches(self, ref: ConnectorRef) -> list[Batch]:
+        return self._batches(
+            ref, sa.and_(s.batches.c.status == "committed", s.batches.c.published.is_(False))
+        )
+
+    def batches(self, ref: ConnectorRef) -> list[Batch]:
+        return self._batches(ref, sa.true())
+
+    def _batches(self, ref: ConnectorRef, cond: sa.ColumnElement[bool]) -> list[Batch]:
+        with self.tx() as conn:
+            rows = conn.execute(
+                sa.select(s.batches)
+                .where(ref.where(s.batches), cond)
+                .order_by(s.batches.c.batch_id)
+            ).all()
+        return [_batch(r) for r in rows]
+
+    def plan_batches(
+        self, ref: ConnectorRef, plans: Sequence[dict[str, Any]], now: float | None = None
+    ) -> list[int]:
+        """Persist batch plans before any data moves; returns their ids."""
+        now = now or time.time()
+        ids = []
+        with self.tx() as conn:
+            self.ensure_connector(ref, conn)
+            for plan in plans:
+                items = plan["items"]
+                counts = [i.get("records") for i in items]
+                sizes = [
+                    i.get("end") - i.get("start", 0) if i.get("end") is not None else None
+                    for i in items
+                ]
+                result = conn.execute(
+                    sa.insert(s.batches).values(
+                        pipeline=ref.pipeline,
+                        table_name=ref.table,
+                        connector=ref.connector,
+                        status="planned",
+                        plan=plan,
+                        planned_records=sum(counts) if None not in counts else None,  # type: ignore[arg-type]
+                        planned_items=len(items),
+                        planned_bytes=sum(sizes) if None not in sizes else None,  # type: ignore[arg-type]
+                        attempts=0,
+                        created_at=now,
+                        published=False,
+                    )
+                )
+                ids.append(int(result.inserted_primary_key[0]))
+            conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors), s.connectors.c.first_discovered_at.is_(None))
+                .values(first_discovered_at=now)
+            )
+            conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors))
+                .values(end_of_input=False, state="RUNNING", updated_at=now)
+            )
+        return ids
+
+    def load_batch(self, batch_id: int) -> Batch:
+        with self.tx() as conn:
+            row = conn.execute(sa.select(s.batches).where(s.batches.c.batch_id == batch_id)).first()
+        if row is None:
+            raise KeyError(f"batch {batch_id} does not exist in the state store {self.safe_url}")
+        return _batch(row)
+
+    def start_attempt(self, batch_id: int) -> int:
+        with self.tx() as conn:
+            conn.execute(
+                sa.update(s.batches)
+                .where(s.batches.c.batch_id == batch_id)
+                .values(attempts=s.batches.c.attempts + 1)
+            )
+            return int(
+                conn.execute(
+                    sa.select(s.batches.c.attempts).where(s.batches.c.batch_id == batch_id)
+                ).scalar_one()
+            )
+
+    def commit_batch(
+        self,
+        batch_id: int,
+        attempt: str,
+        receipts: Sequence[ItemReceipt],
+        errors: Sequence[ErrorRecord],
+    ) -> bool:
+        """Offsets, metrics, errors and the batch state in one transaction. Returns
+        False (and changes nothing) when the batch is already committed."""
+        now = time.time()
+        with self.tx() as conn:
+            row = conn.execute(
+                sa.select(
+                    s.batches.c.status,
+                    s.batches.c.pipeline,
+                    s.batches.c.table_name,
+                    s.batches.c.connector,
+                )
+                .where(s.batches.c.batch_id == batch_id)
+                .with_for_update()
+            ).first()
+            if row is None:
+                raise KeyError(f"batch {batch_id} does not exist")
+            if row.status != "planned":
+                return False
+            ref = ConnectorRef(row.pipeline, row.table_name, row.connector)
+            updated = conn.execute(
+                sa.update(s.batches)
+                .where(s.batches.c.batch_id == batch_id, s.batches.c.status == "planned")
+                .values(
+                    status="committed",
+                    attempt=attempt,
+                    committed_at=now,
+                    records=sum(r.records for r in receipts),
+                    bytes=sum(r.bytes for r in receipts),
+                    parse_errors=sum(r.bad for r in receipts),
+                )
+            ).rowcount
+            if updated != 1:
+                return False
+            for r in receipts:
+                values = {
+                    "offset": r.offset,
+                    "records": r.records_done + r.records + r.bad,
+                    "completed": r.completed,
+                    "batch_id": batch_id,
+                }
+                n = conn.execute(
+                    sa.update(s.offsets)
+                    .where(ref.where(s.offsets), s.offsets.c.key == r.key)
+                    .values(**values)
+                ).rowcount
+                if not n:
+                    conn.execute(
+                        sa.insert(s.offsets).values(
+                            pipeline=ref.pipeline,
+                            table_name=ref.table,
+                            connector=ref.connector,
+                            key=r.key,
+                            **values,
+                        )
+                    )
+            c = s.connectors.c
+            conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors))
+                .values(
+                    total_records=c.total_records + sum(r.records for r in receipts),
+                    total_bytes=c.total_bytes + sum(r.bytes for r in receipts),
+                    num_parse_errors=c.num_parse_errors + sum(r.bad for r in receipts),
+                    fatal_error=None,
+                    state="RUNNING",
+                    updated_at=now,
+                )
+            )
+            self._add_errors(conn, ref, errors, batch_id, now)
+        return True
+
+    def mark_published(self, batch_id: int) -> None:
+        with self.tx() as conn:
+            conn.execute(
+                sa.update(s.batches).where(s.batches.c.batch_id == batch_id).values(published=True)
+            )
+
+    def record_failure(
+        self,
+        ref: ConnectorRef,
+        message: str,
+        *,
+        batch_id: int | None = None,
+        kind: str = "transport",
+        source_key: str | None = None,
+        record_number: int | None = None,
+    ) -> None:
+        """A batch failed: keep the trace as the connector's fatal error (state FAILED)."""
+        now = time.time()
+        with self.tx() as conn:
+            self.ensure_connector(ref, conn)
+            c = s.connectors.c
+            bump = (
+                {"num_transport_errors": c.num_transport_errors + 1} if kind == "transport" else {}
+            )
+            conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors))
+                .values(fatal_error=message, state="FAILED", updated_at=now, **bump)
+            )
+            self._add_errors(
+                conn, ref, [ErrorRecord(kind, message, source_key, record_number)], batch_id, now
+            )
+
+    def _add_errors(
+        self,
+        conn: sa.Connection,
+        ref: ConnectorRef,
+        errors: Sequence[ErrorRecord],
+        batch_id: int | None,
+        now: float,
+    ) -> None:
+        if not errors:
+            return
+        conn.execute(
+            sa.insert(s.errors),
+            [
+                {
+                    "pipeline": ref.pipeline,
+                    "table_name": ref.table,
+                    "connector": ref.connector,
+                    "kind": e.kind,
+                    "timestamp": now,
+                    "message": e.message,
+                    "source_key": e.source_key,
+                    "record_number": e.record_number,
+                    "batch_id": batch_id,
+                }
+                for e in errors[-MAX_ERRORS:]
+            ],
+        )
+        for kind in {e.kind for e in errors}:
+            keep = (
+                sa.select(s.errors.c.id)
+                .where(ref.where(s.errors), s.errors.c.kind == kind)
+                .order_by(s.errors.c.id.desc())
+                .limit(1)
+                .offset(MAX_ERRORS - 1)
+            ).scalar_subquery()
+            conn.execute(
+                sa.delete(s.errors).where(
+                    ref.where(s.errors), s.errors.c.kind == kind, s.errors.c.id < keep
+                )
+            )
+
+    def set_end_of_input(self, ref: ConnectorRef, end_of_input: bool) -> None:
+        now = time.time()
+        with self.tx() as conn:
+            self.ensure_connector(ref, conn)
+            values: dict[str, Any] = {"end_of_input": end_of_input, "updated_at": now}
+            prev = conn.execute(
+                sa.select(s.connectors.c.end_of_input).where(ref.where(s.connectors))
+            ).scalar()
+            if end_of_input and not prev:
+                values["finished_at"] = now
+            conn.execute(sa.update(s.connectors).where(ref.where(s.connectors)).values(**values))
+
+    # --- status -------------------------------------------------------------------
+
+    def status(self, ref: ConnectorRef) -> ConnectorState | None:
+        with self.tx() as conn:
+            row = conn.execute(sa.select(s.connectors).where(ref.where(s.connectors))).first()
+            if row is None:
+                return None
+            pending = conn.execute(
+                sa.select(s.batches.c.planned_records, s.batches.c.planned_items).where(
+                    ref.where(s.batches), s.batches.c.status == "planned"
+                )
+            ).all()
+            errs = conn.execute(
+                sa.select(s.errors).where(ref.where(s.errors)).order_by(s.errors.c.id)
+            ).all()
+        st = ConnectorState(
+            ref=ref,
+            paused=row.paused,
+            end_of_input=bool(row.end_of_input),
+            total_records=row.total_records,
+            total_bytes=row.total_bytes,
+            num_parse_errors=row.num_parse_errors,
+            num_transport_errors=row.num_transport_errors,
+            fatal_error=row.fatal_error,
+            state=row.state,
+            finished_at=row.finished_at,
+            # Records of planned batches; where a transport cannot count ahead (files),
+            # each planned work item counts as one record so `buffered_records == 0`
+            # still means nothing is in flight.
+            buffered_records=sum(
+                p.planned_records if p.planned_records is not None else p.planned_items
+                for p in pending
+            ),
+            buffered_batches=len(pending),
+        )
+        for e in errs:
+            entry = {
+                "timestamp": _iso(e.timestamp),
+                "index": e.id,
+                "tag": e.source_key,
+                "message": e.message,
+            }
+            if e.record_number is not None:
+                entry["record_number"] = e.record_number
+            (st.parse_errors if e.kind == "parse" else st.transport_errors).append(entry)
+        return st
+
+    def known_connectors(self, pipeline: str | None = None) -> list[ConnectorRef]:
+        with self.tx() as conn:
+            q = sa.select(
+                s.connectors.c.pipeline, s.connectors.c.table_name, s.connectors.c.connector
+            )
+            if pipeline:
+                q = q.where(s.connectors.c.pipeline == pipeline)
+            return [ConnectorRef(*r) for r in conn.execute(q).all()]
+
+    @property
+    def safe_url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+
+def _batch(r: Any) -> Batch:
+    return Batch(
+        batch_id=r.batch_id,
+        ref=ConnectorRef(r.pipeline, r.table_name, r.connector),
+        status=r.status,
+        plan=r.plan,
+        planned_records=r.planned_records,
+        planned_items=r.planned_items,
+        attempt=r.attempt,
+        published=bool(r.published),
+        records=r.records,
+        committed_at=r.committed_at,
+        created_at=r.created_at,
+    )
+
+
+def _iso(ts: float) -> str:
+    import datetime as dt
+
+    return (
+        dt.datetime.fromtimestamp(ts, dt.UTC)
+        .isoformat(timespec="microseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=60000")
+    cur.close()

@@ -1,0 +1,16 @@
+"""Transports: where bytes (or records) come from. See :mod:`.base` for the contract."""
+
+from airflow_connectors._registry import Registry
+from airflow_connectors.transports.base import Cursor, KeyOffset, Limits, Transport, WorkItem
+
+TRANSPORTS = Registry(
+    "transport",
+    "airflow_connectors.transports",
+    {
+        "datagen": "airflow_connectors.transports.datagen:DatagenTransport",
+        "file_input": "airflow_connectors.transports.file_input:FileInputTransport",
+        "url_input": "airflow_connectors.transports.url_input:UrlInputTransport",
+    },
+)
+
+__all__ = ["TRANSPORTS", "Cursor", "KeyOffset", "Limits", "Transport", "WorkItem"]

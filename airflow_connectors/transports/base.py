@@ -1,0 +1,121 @@
+"""The batch-source contract every transport implements.
+
+A transport says *what* it reads (``name``, ``Config``, ``needs_format``) and implements
+two methods: ``discover`` lists new work after the committed offsets (it runs on the
+driver, or in Airflow's discover task) and ``read`` reads one work item (it runs inside a
+Spark executor). The framework owns offsets, batches, retries and metrics; transport code
+never writes state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from airflow_connectors.spec.models import TableSpec
+
+
+class StrictConfig(BaseModel):
+    """Base for transport, format and sink configs: immutable, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One unit of reading: a native, sortable key and the range to read from it.
+
+    ``start``/``end`` are byte offsets for byte transports and record indexes for
+    generators; ``end=None`` reads to the end of the object. ``records_done`` is how many
+    records of this key were committed before ``start``; it numbers records in errors.
+    """
+
+    key: str
+    start: int = 0
+    end: int | None = None
+    records_done: int = 0
+    size: int | None = None
+    records: int | None = None
+    final: bool = True
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "meta": dict(self.meta)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WorkItem:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class KeyOffset:
+    """What the state store knows about one native key."""
+
+    offset: int
+    records: int
+    completed: bool
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Committed offsets per key, plus the keys that are planned but not committed."""
+
+    offsets: Mapping[str, KeyOffset] = field(default_factory=dict)
+    in_flight: frozenset[str] = frozenset()
+    first_discovered_at: float | None = None
+
+    def get(self, key: str) -> KeyOffset | None:
+        return self.offsets.get(key)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds for one discovery: records (when a transport knows them) and work items."""
+
+    max_records: int | None = None
+    max_items: int = 100_000
+    now: float = 0.0
+
+
+class Transport(ABC):
+    """A batch source. Subclasses set ``name``, ``Config`` and implement two methods."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type[StrictConfig]]
+    needs_format: ClassVar[bool] = True
+    description: ClassVar[str] = ""
+
+    def __init__(self, config: StrictConfig, table: TableSpec) -> None:
+        self.config = config
+        self.table = table
+
+    @property
+    def bounded(self) -> bool:
+        """True when this configuration can reach end of input."""
+        return True
+
+    @abstractmethod
+    def discover(self, cursor: Cursor, limits: Limits) -> Iterator[WorkItem]:
+        """Yield new work items after ``cursor``, in key order, skipping in-flight keys."""
+
+    @abstractmethod
+    def read(self, item: WorkItem) -> Iterator[bytes | pa.RecordBatch]:
+        """Yield the bytes of ``item`` (or record batches for integrated transports)."""
+
+    def exhausted(self, cursor: Cursor) -> bool | None:
+        """Whether all input is committed; ``None`` lets the framework decide
+        (bounded and discovery found nothing new)."""
+        return None
+
+    def describe(self) -> str:
+        """One line for ``validate`` output."""
+        return self.name

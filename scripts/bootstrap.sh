@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Creates .venv in the repository from the pinned lock file (requirements.lock) and
+# installs airflow-connectors into it in editable mode. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+UV_VERSION=0.13.9
+PYTHON=${PYTHON:-python3}
+
+if ! command -v java >/dev/null 2>&1; then
+    echo "bootstrap: Java 17+ is required by Spark but 'java' is not on PATH; install a JDK (for example openjdk-17-jdk-headless) and run again" >&2
+    exit 1
+fi
+if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+    echo "bootstrap: Python 3.11+ is required, $("$PYTHON" --version 2>&1) found; set PYTHON=/path/to/python3.11" >&2
+    exit 1
+fi
+if ! command -v uv >/dev/null 2>&1 || [ "$(uv --version | cut -d' ' -f2)" != "$UV_VERSION" ]; then
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+fi
+UV="$PYTHON -m uv"
+[ -d .venv ] || $UV venv --quiet --python "$PYTHON" .venv
+# sync = install exactly the lock file's packages, removing anything else.
+$UV pip sync --quiet --python .venv/bin/python requirements.lock
+$UV pip install --quiet --python .venv/bin/python --no-deps -e .
+echo "bootstrap: .venv ready ($(.venv/bin/python -c 'import pyspark, airflow; print("pyspark", pyspark.__version__, "airflow", airflow.__version__)'))"
