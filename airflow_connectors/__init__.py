@@ -12,28 +12,58 @@ __version__ = "0.1.0"
 
 def get_provider_info() -> dict[str, Any]:
     """Airflow provider metadata (entry point ``apache_airflow_provider``)."""
+    integration = "Airflow Connectors"
+    modules = "airflow_connectors.airflow"
     return {
         "package-name": "airflow-connectors",
         "name": "Airflow Connectors",
-        "description": "Ingestion connectors (files, HTTP, generators, ...) running as PySpark batches, exactly once.",
+        "description": "Ingestion connectors (files, HTTP, generators, ...) rendered as one DAG "
+        "per connector, every batch a PySpark job, exactly once.",
         "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": integration,
+                "external-doc-url": "https://airflow.apache.org/docs/",
+                "tags": ["software"],
+            }
+        ],
+        "operators": [
+            {"integration-name": integration, "python-modules": [f"{modules}.operators.connector"]}
+        ],
+        "sensors": [
+            {"integration-name": integration, "python-modules": [f"{modules}.sensors.new_data"]}
+        ],
+        "triggers": [
+            {"integration-name": integration, "python-modules": [f"{modules}.triggers.new_data"]}
+        ],
+        "hooks": [{"integration-name": integration, "python-modules": [f"{modules}.hooks.spark"]}],
         "config": {
             "connectors": {
                 "description": "airflow-connectors settings.",
                 "options": {
                     "state_store_url": {
-                        "description": "SQLAlchemy URL of the connector state store (offsets, batches, metrics).",
+                        "description": "SQLAlchemy URL of the connector state store (offsets, "
+                        "batches, metrics). Default: SQLite under $AIRFLOW_HOME/connectors.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "postgresql+psycopg://airflow@db/connectors",
                         "default": None,
                     },
                     "warehouse": {
-                        "description": "Folder where Parquet tables are written.",
+                        "description": "Folder where Parquet tables are written. Default: "
+                        "$AIRFLOW_HOME/connectors/warehouse.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "/data/warehouse",
                         "default": None,
+                    },
+                    "spark_master": {
+                        "description": "Spark master of ingest tasks while their Spark "
+                        "connection (connectors_spark) does not exist.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "local[*]",
+                        "default": "local[*]",
                     },
                 },
             }

@@ -29,27 +29,21 @@ class BatchContext:
 
     def transport(self) -> Transport:
         cls = TRANSPORTS.get(self.connector.transport.name)
-        return cls(cls.Config.model_validate(self.connector.transport.config), self.table)  # type: ignore[no-any-return]
+        return cls(cls.Config.model_validate(self.connector.transport.config), self.table)
 
     def format(self) -> Format | None:
         if self.connector.format is None:
             return None
         cls = FORMATS.get(self.connector.format.name)
-        return cls(cls.Config.model_validate(self.connector.format.config), self.table)  # type: ignore[no-any-return]
+        return cls(cls.Config.model_validate(self.connector.format.config), self.table)
 
     def sink(self) -> Sink:
-        cls = SINKS.get(self.table.sink.name)
-        return cls(
-            cls.Config.model_validate(self.table.sink.config),
-            pipeline=self.pipeline,
-            table=self.table,
-            warehouse=self.warehouse,
-        )  # type: ignore[no-any-return]
+        return table_sink(self.pipeline, self.table, self.warehouse)
 
     def to_plan(self) -> dict[str, Any]:
         return {
             "pipeline": self.pipeline,
-            "table": self.table.model_dump(mode="json"),
+            "table": self.table.model_dump(mode="json", exclude={"connectors"}),
             "connector": self.connector.model_dump(mode="json"),
             "warehouse": self.warehouse,
             "items": [i.to_json() for i in self.items],
@@ -66,3 +60,14 @@ class BatchContext:
             batch_id=batch_id,
             attempt=attempt,
         )
+
+
+def table_sink(pipeline: str, table: TableSpec, warehouse: str) -> Sink:
+    """The sink a table's rows (and dead letters) are written to."""
+    cls = SINKS.get(table.sink.name)
+    return cls(
+        cls.Config.model_validate(table.sink.config),
+        pipeline=pipeline,
+        table=table,
+        warehouse=warehouse,
+    )

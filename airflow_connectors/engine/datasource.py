@@ -91,11 +91,11 @@ class _UserReader(DataSourceReader):
         if fmt is None:
             schema = target_schema(self.ctx.table)
             for rb in chunks:
-                yield from conform(pa.Table.from_batches([rb]), self.ctx.table, schema).to_batches()  # type: ignore[list-item]
+                yield from conform(pa.Table.from_batches([rb]), self.ctx.table, schema).to_batches()
             return
         for decoded in fmt.decode(
             chunks, final=item.final, first_record=1, at_start=item.start == 0
-        ):  # type: ignore[arg-type]
+        ):
             if decoded.errors and self.ctx.connector.errors.tolerance == "none":
                 e = decoded.errors[0]
                 raise RecordRejected(f"record {e.record} of {item.key}: {e.error}")

@@ -10,6 +10,7 @@ import socket
 import time
 from dataclasses import dataclass
 from itertools import islice
+from typing import Any
 
 from airflow_connectors.engine.batch import publish_committed
 from airflow_connectors.engine.context import BatchContext
@@ -58,16 +59,31 @@ def roll_forward(store: StateStore, ref: ConnectorRef) -> None:
             )
 
 
-def discover(store: StateStore, ctx: BatchContext, *, owner: str | None = None) -> Discovery:
+def discover(
+    store: StateStore,
+    ctx: BatchContext,
+    *,
+    owner: str | None = None,
+    own_slice_only: bool = False,
+) -> Discovery:
     """Plan new batches for the connector. Pending (planned, uncommitted) batches come
-    first: they are returned again so a crashed batch is re-run with the same plan."""
+    first: they are returned again so a crashed batch is re-run with the same plan.
+
+    ``own_slice_only``: the config is a rendered template (an Airflow run's date slice);
+    pending batches planned from other renderings belong to their own runs and are
+    neither returned nor counted against ``tasks_max``.
+    """
     ref = ctx.ref
     owner = owner or owner_id()
     if not store.acquire_lease(ref, owner):
         raise LeaseBusy(f"connector {ref} is being planned by another run; try again later")
     try:
         roll_forward(store, ref)
-        pending = [b.batch_id for b in store.pending_batches(ref)]
+        pending = [
+            b.batch_id
+            for b in store.pending_batches(ref)
+            if not own_slice_only or same_source(b.plan, ctx)
+        ]
         tasks_max = ctx.connector.tasks_max
         ids = pending[:tasks_max]
         transport = ctx.transport()
@@ -101,6 +117,41 @@ def discover(store: StateStore, ctx: BatchContext, *, owner: str | None = None) 
         return Discovery(ids, len(new_items), eoi)
     finally:
         store.release_lease(ref, owner)
+
+
+def new_data_fingerprint(
+    store: StateStore, ctx: BatchContext, *, max_items: int = 1000
+) -> str | None:
+    """What discovery would find now, as a digest of its work items (None: nothing new).
+
+    Lists without planning or taking the lease, so event triggers and sensors can poll
+    it; the digest changes whenever different data becomes available."""
+    import hashlib
+
+    items = list(
+        islice(
+            ctx.transport().discover(
+                store.cursor(ctx.ref), Limits(max_records=1, max_items=max_items, now=time.time())
+            ),
+            max_items,
+        )
+    )
+    if not items:
+        return None
+    digest = hashlib.sha256()
+    for item in items:
+        digest.update(f"{item.key}\0{item.start}\0{item.end}\0{item.size}\n".encode())
+    return digest.hexdigest()
+
+
+def same_source(plan: dict[str, Any], ctx: BatchContext) -> bool:
+    """Whether a batch plan was made from the same transport and format config."""
+    connector = plan["connector"]
+    fmt = ctx.connector.format
+    return bool(
+        connector["transport"] == ctx.connector.transport.model_dump(mode="json")
+        and connector.get("format") == (fmt.model_dump(mode="json") if fmt else None)
+    )
 
 
 def finalize(store: StateStore, ctx: BatchContext) -> bool:

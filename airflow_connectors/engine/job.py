@@ -1,11 +1,14 @@
 """The ingest job: ``python -m airflow_connectors.engine.job --batch-id N`` (what
-spark-submit runs). Everything else comes from the batch plan in the state store."""
+spark-submit runs, through :mod:`airflow_connectors.engine.submit`). Everything else
+comes from the batch plan in the state store."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from typing import Any
 
 from airflow_connectors.engine.batch import BatchFailed, run_batch
 from airflow_connectors.settings import Settings
@@ -27,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     store = StateStore(settings.state_store_url)
     session = None
 
-    def spark():  # type: ignore[no-untyped-def]
+    def spark() -> Any:
         nonlocal session
         if session is None:
             from pyspark.sql import SparkSession
@@ -35,8 +38,12 @@ def main(argv: list[str] | None = None) -> int:
             from airflow_connectors.engine.datasource import register
             from airflow_connectors.engine.spark import spark_session
 
-            active = SparkSession.getActiveSession()  # under spark-submit the master is set there
-            session = active or spark_session(settings)
+            if "PYSPARK_GATEWAY_PORT" in os.environ:
+                # Under spark-submit: master, memory and the rest come from its flags.
+                session = SparkSession.builder.getOrCreate()
+                session.sparkContext.setLogLevel("WARN")
+            else:
+                session = spark_session(settings)
             register(session)
         return session
 
@@ -46,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     except BatchFailed as e:
         print(f"ingest failed: {e}", file=sys.stderr)
         return 1
+    finally:
+        store.close()
     return 0
 
 

@@ -127,6 +127,7 @@ def ingest_item(ctx: BatchContext, part: int, item: WorkItem) -> ItemOutcome:
         bytes=nbytes,
         completed=completed,
         records_done=item.records_done,
+        meta={"seen": item.end} if item.end is not None and offset < item.end else None,
     )
     return ItemOutcome(receipt, reported)
 

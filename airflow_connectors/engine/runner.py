@@ -50,14 +50,26 @@ def connector_paused(store: StateStore, ref: ConnectorRef, spec: ConnectorSpec) 
 
 def waiting_for(store: StateStore, pipeline: PipelineSpec, spec: ConnectorSpec) -> list[str]:
     """Endpoints carrying a label in ``spec.start_after`` that have not finished."""
-    if not spec.start_after:
-        return []
+    return unfinished(store, pipeline.name, label_carriers(pipeline, spec.start_after or ()))
+
+
+def label_carriers(pipeline: PipelineSpec, labels: tuple[str, ...] | list[str]) -> list[str]:
+    """``table.connector`` of every connector carrying one of ``labels``."""
+    return [
+        f"{table.name}.{other.name}"
+        for table, other in pipeline.connectors()
+        if set(other.labels) & set(labels)
+    ]
+
+
+def unfinished(store: StateStore, pipeline: str, endpoints: list[str]) -> list[str]:
+    """Those of ``endpoints`` that have not finished (end of input, nothing in flight)."""
     blocking = []
-    for table, other in pipeline.connectors():
-        if set(other.labels) & set(spec.start_after):
-            st = store.status(ConnectorRef(pipeline.name, table.name, other.name))
-            if st is None or not st.finished:
-                blocking.append(f"{table.name}.{other.name}")
+    for endpoint in endpoints:
+        table, _, connector = endpoint.partition(".")
+        st = store.status(ConnectorRef(pipeline, table, connector))
+        if st is None or not st.finished:
+            blocking.append(endpoint)
     return blocking
 
 

@@ -11,24 +11,35 @@ if TYPE_CHECKING:
 
     from airflow_connectors.settings import Settings
 
+LOOPBACK = "127.0.0.1"
+
 
 def spark_session(settings: Settings, app_name: str = "airflow-connectors") -> SparkSession:
     # Executors' Python workers must import airflow_connectors: use this interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    local = settings.spark_master.startswith("local")
+    if local:
+        # Local Spark talks to itself only: bind the driver to loopback instead of the
+        # address the hostname resolves to (Spark's default, with a warning).
+        os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     from pyspark.sql import SparkSession
 
     from airflow_connectors.engine.datasource import register
 
-    spark = (
+    builder = (
         SparkSession.builder.master(settings.spark_master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", settings.spark_driver_memory)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
     )
+    if local:
+        builder = builder.config("spark.driver.host", LOOPBACK).config(
+            "spark.driver.bindAddress", LOOPBACK
+        )
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark

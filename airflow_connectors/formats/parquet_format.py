@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from airflow_connectors.formats.base import Decoded, Format, clip, conform, isolate, target_schema
@@ -38,15 +38,14 @@ class ParquetFormat(Format):
                 table = conform(raw, self.table, schema)
                 out = Decoded(table, [], raw.num_rows, 0)
             except Exception:
-                rows = range(raw.num_rows)
-                tables, errors = isolate(
-                    rows,
-                    lambda rs, raw=raw: conform(raw.slice(rs[0], len(rs)), self.table, schema),
-                    record,
-                    lambda i, raw=raw: clip(
-                        json.dumps(raw.slice(i, 1).to_pylist()[0], default=str)
-                    ),
-                )
+
+                def convert(rs: Sequence[int], raw: pa.Table = raw) -> pa.Table:
+                    return conform(raw.slice(rs[0], len(rs)), self.table, schema)
+
+                def text(i: int, raw: pa.Table = raw) -> str:
+                    return clip(json.dumps(raw.slice(i, 1).to_pylist()[0], default=str))
+
+                tables, errors = isolate(range(raw.num_rows), convert, record, text)
                 out = Decoded(
                     pa.concat_tables(tables) if tables else schema.empty_table(),
                     errors,

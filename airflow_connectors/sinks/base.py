@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from airflow_connectors.spec.models import TableSpec
 
 Kind = Literal["rows", "errors"]
+KINDS: tuple[Kind, ...] = ("rows", "errors")
 
 
 class PartWriter(ABC):

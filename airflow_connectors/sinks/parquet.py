@@ -11,9 +11,9 @@ import contextlib
 import os
 import shutil
 import uuid
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_connectors.sinks.base import Kind, PartWriter, Sink
+from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink
 from airflow_connectors.transports.base import StrictConfig
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class _ParquetPart(PartWriter):
         self.final_path = final_path
         self.tmp_path = f"{final_path}.{uuid.uuid4().hex}.tmp"
         self.compression = compression
-        self._writer: object | None = None
+        self._writer: Any = None
         self.rows = 0
 
     def write(self, table: pa.Table) -> None:
@@ -59,12 +59,12 @@ class _ParquetPart(PartWriter):
             self._writer = pq.ParquetWriter(
                 self.tmp_path, table.schema, compression=self.compression
             )
-        self._writer.write_table(table, row_group_size=1 << 20)  # type: ignore[attr-defined]
+        self._writer.write_table(table, row_group_size=1 << 20)
         self.rows += table.num_rows
 
     def close(self) -> int:
         if self._writer is not None:
-            self._writer.close()  # type: ignore[attr-defined]
+            self._writer.close()
             os.replace(self.tmp_path, self.final_path)
         return self.rows
 
@@ -93,11 +93,11 @@ class ParquetSink(Sink):
 
     def publish(self, batch_id: int, attempt: str) -> None:
         staging = self._staging(batch_id, attempt)
-        for kind in ("rows", "errors"):
+        for kind in KINDS:
             src = os.path.join(staging, kind)
             if not os.path.isdir(src):
                 continue
-            dest = self.location(kind)  # type: ignore[arg-type]
+            dest = self.location(kind)
             os.makedirs(dest, exist_ok=True)
             for name in sorted(os.listdir(src)):
                 if name.endswith(".parquet"):

@@ -80,10 +80,31 @@ def load_pipeline(path: str | Path, *, pipeline: str | None = None) -> PipelineS
         import yaml
 
         try:
-            doc = yaml.safe_load(text)
+            doc = yaml.load(text, Loader=_yaml_loader())
         except yaml.YAMLError as e:
             raise SpecValidationError([SpecError("", f"invalid YAML: {e}")], str(p)) from e
     return parse_pipeline(doc, name=pipeline, base_dir=p.resolve().parent, source=str(p))
+
+
+def _yaml_loader() -> Any:
+    """A safe loader with YAML 1.2 booleans: only true/false are booleans, so keys and
+    values such as ``on``, ``off``, ``yes`` and ``no`` stay strings (``trigger: {on:
+    new_data}``)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool",
+        re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+        list("tTfF"),
+    )
+    return Loader
 
 
 def parse_pipeline(
@@ -188,11 +209,11 @@ class _Validator:
 
         tables, errors = parse_create_tables(sql)
         for where, message in errors:
-            self.error([*path, where] if where != "sql" else path, message)
+            self.error(path if where is None else [*path, where], message)
         out = []
         for t in tables:
-            for where, message in t.errors:
-                self.error(["tables", t.name, where], message)
+            for field, problem in t.errors:
+                self.error(["tables", t.name, field], problem)
             out.append(
                 {
                     "name": t.name,
@@ -233,23 +254,21 @@ class _Validator:
                     f"CREATE TABLE names {parsed[0]['name']!r} but the table key is {name!r}",
                 )
             doc = {**parsed[0], "sink": doc.get("sink")}
-        columns = self.columns(
+        columns, columns_ok = self.columns(
             [*path, "columns"], doc.get("columns"), from_sql=bool(doc.get("_sql"))
         )
         sink = self.sink([*path, "sink"], doc.get("sink"))
-        if columns is None or sink is None:
-            self.connectors(
-                path, name, (), doc.get("connectors", [])
-            )  # still report connector errors
-            return None
-        connectors = self.connectors(path, name, columns, doc.get("connectors", []))
-        if connectors is None:
+        # Connectors are checked even when columns or sink are wrong: every problem at once.
+        connectors = self.connectors(
+            path, name, columns, doc.get("connectors", []), columns_ok=columns_ok
+        )
+        if connectors is None or not columns_ok or sink is None:
             return None
         return TableSpec(name=name, columns=columns, sink=sink, connectors=connectors)
 
     def columns(
         self, path: list[str | int], doc: Any, *, from_sql: bool
-    ) -> tuple[ColumnSpec, ...] | None:
+    ) -> tuple[tuple[ColumnSpec, ...], bool]:
         from airflow_connectors.spec.types import parse_type
 
         if not isinstance(doc, Mapping) or not doc:
@@ -257,7 +276,7 @@ class _Validator:
                 path,
                 "expected a mapping of column name -> SQL type, such as {id: BIGINT NOT NULL, name: VARCHAR}",
             )
-            return None
+            return (), False
         out: list[ColumnSpec] = []
         ok = True
         for cname, ctype in doc.items():
@@ -273,7 +292,7 @@ class _Validator:
                 ok = False
                 continue
             out.append(ColumnSpec(name=str(cname), type=parsed[0], nullable=parsed[1]))
-        return tuple(out) if ok else None
+        return tuple(out), ok
 
     def sink(self, path: list[str | int], doc: Any) -> SinkSpec | None:
         from airflow_connectors.sinks import SINKS
@@ -294,7 +313,13 @@ class _Validator:
     # --- connectors ---------------------------------------------------------------
 
     def connectors(
-        self, tpath: list[str | int], table: str, columns: tuple[ColumnSpec, ...], doc: Any
+        self,
+        tpath: list[str | int],
+        table: str,
+        columns: tuple[ColumnSpec, ...],
+        doc: Any,
+        *,
+        columns_ok: bool,
     ) -> tuple[ConnectorSpec, ...] | None:
         path = [*tpath, "connectors"]
         if not isinstance(doc, list):
@@ -332,13 +357,12 @@ class _Validator:
                 ok = False
                 continue
             self.parsed.append((table, i, spec))
-            if columns:
-                spec = self.plugins(cpath, spec, table, columns)
+            spec = self.plugins(cpath, spec, table, columns, columns_ok=columns_ok)
             if spec is None:
                 ok = False
                 continue
             out.append(spec)
-        return tuple(out) if ok and columns else None
+        return tuple(out) if ok else None
 
     def plugins(
         self,
@@ -346,6 +370,8 @@ class _Validator:
         spec: ConnectorSpec,
         table: str,
         columns: tuple[ColumnSpec, ...],
+        *,
+        columns_ok: bool,
     ) -> ConnectorSpec | None:
         from airflow_connectors.formats import FORMATS
         from airflow_connectors.transports import TRANSPORTS
@@ -367,7 +393,7 @@ class _Validator:
         tconfig = self.model([*cpath, "transport", "config"], tcls.Config, raw_config)
         if tconfig is None:
             ok = False
-        else:
+        elif columns_ok:  # checks against the table's columns need all of them
             try:
                 tcls(tconfig, table_spec)
             except ValueError as e:

@@ -7,9 +7,10 @@ The JSON shape of a connector is Feldera's (``name``, ``paused``, ``labels``,
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from airflow_connectors.spec.types import SqlType
 
@@ -48,13 +49,62 @@ class ErrorsSpec(_Model):
     tolerance: Literal["none", "all"] = "none"
 
 
+#: Airflow's cron presets (``airflow.utils.dates.cron_presets``).
+CRON_PRESETS = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@quarterly": "0 0 1 */3 *",
+    "@yearly": "0 0 1 1 *",
+}
+
+
 class TriggerSpec(_Model):
-    """When discovery runs under Airflow. ``schedule``: ``None`` (manual or asset-driven),
-    a cron expression or preset such as ``@hourly``. ``poll_interval`` (seconds) makes
-    the connector's event trigger poll the source for new data."""
+    """When discovery runs under Airflow (Pulsar's triggerers).
+
+    ``schedule``: a cron expression or preset (``@hourly``...): a ``CronTriggerTimetable``.
+    ``on: new_data``: an event trigger polls the source every ``poll_interval`` seconds
+    and starts a run only when discovery would find something new. Both may be given (a
+    run on either). Neither: manual runs only (and ``start_after`` asset events).
+    ``start_date``: the first logical date the schedule and backfills may use.
+    """
 
     schedule: str | None = None
+    on: Literal["new_data"] | None = None
     poll_interval: float | None = Field(default=None, gt=0)
+    start_date: datetime.date | None = None
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from croniter import croniter
+
+        if value.startswith("@") and value not in CRON_PRESETS:
+            raise ValueError(
+                f"unknown cron preset {value!r}; use one of {', '.join(CRON_PRESETS)} or a cron expression such as '*/5 * * * *'"
+            )
+        if not croniter.is_valid(CRON_PRESETS.get(value, value)):
+            raise ValueError(
+                f"{value!r} is not a cron expression; expected 5 fields (minute hour day month weekday) such as '0 * * * *', or a preset ({', '.join(CRON_PRESETS)})"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _poll_needs_event(self) -> TriggerSpec:
+        if self.poll_interval is not None and self.on != "new_data":
+            raise ValueError("poll_interval applies to event triggers only; add on: new_data")
+        return self
+
+    @property
+    def poll_seconds(self) -> float:
+        return self.poll_interval or DEFAULT_POLL_INTERVAL
+
+
+#: Seconds between polls of an ``on: new_data`` trigger when ``poll_interval`` is unset.
+DEFAULT_POLL_INTERVAL = 30.0
 
 
 class ConnectorSpec(_Model):

@@ -16,8 +16,9 @@ class SqlTable:
     errors: list[tuple[str, str]] = field(default_factory=list)  # (relative path, message)
 
 
-def parse_create_tables(sql: str) -> tuple[list[SqlTable], list[tuple[str, str]]]:
-    """Parse every statement; returns tables and statement-level errors (path, message)."""
+def parse_create_tables(sql: str) -> tuple[list[SqlTable], list[tuple[int | None, str]]]:
+    """Parse every statement; returns tables and statement-level errors
+    (statement index or None for the whole text, message)."""
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import ParseError
@@ -29,9 +30,9 @@ def parse_create_tables(sql: str) -> tuple[list[SqlTable], list[tuple[str, str]]
     except ParseError as e:
         detail = e.errors[0] if e.errors else {}
         where = f" at line {detail.get('line')}, column {detail.get('col')}" if detail else ""
-        return [], [("sql", f"cannot parse SQL{where}: {detail.get('description', str(e))}")]
+        return [], [(None, f"cannot parse SQL{where}: {detail.get('description', str(e))}")]
     tables: list[SqlTable] = []
-    errors: list[tuple[str, str]] = []
+    errors: list[tuple[int | None, str]] = []
     for i, stmt in enumerate(statements):
         if not (
             isinstance(stmt, exp.Create)
@@ -40,7 +41,7 @@ def parse_create_tables(sql: str) -> tuple[list[SqlTable], list[tuple[str, str]]
         ):
             errors.append(
                 (
-                    f"sql[{i}]",
+                    i,
                     f"expected CREATE TABLE name (columns...) WITH (...), got: {stmt.sql()[:80]}",
                 )
             )

@@ -7,21 +7,20 @@ steps in order inside one transaction each. Add a step, never edit a released on
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 metadata = sa.MetaData()
 
-_key = (
-    sa.Column("pipeline", sa.String(200), primary_key=True),
-    sa.Column("table_name", sa.String(200), primary_key=True),
-    sa.Column("connector", sa.String(100), primary_key=True),
-)
 
-
-def _pk() -> list[sa.Column]:
-    return [c.copy() for c in _key]  # type: ignore[attr-defined]
+def _pk() -> list[sa.Column[Any]]:
+    return [
+        sa.Column("pipeline", sa.String(200), primary_key=True),
+        sa.Column("table_name", sa.String(200), primary_key=True),
+        sa.Column("connector", sa.String(100), primary_key=True),
+    ]
 
 
 schema_version = sa.Table("ac_schema", metadata, sa.Column("version", sa.Integer, nullable=False))
@@ -34,46 +33,78 @@ pipelines = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
 )
 
-connectors = sa.Table(
-    "ac_connectors",
+
+def _connector_columns(*, version: int) -> list[sa.Column[Any]]:
+    cols: list[sa.Column[Any]] = [
+        *_pk(),
+        sa.Column("paused", sa.Boolean, nullable=True),  # None: as the spec says
+        sa.Column("end_of_input", sa.Boolean, nullable=False, default=False),
+        sa.Column("total_records", sa.BigInteger, nullable=False, default=0),
+        sa.Column("total_bytes", sa.BigInteger, nullable=False, default=0),
+        sa.Column("num_parse_errors", sa.BigInteger, nullable=False, default=0),
+        sa.Column("num_transport_errors", sa.BigInteger, nullable=False, default=0),
+        sa.Column("fatal_error", sa.Text, nullable=True),
+        sa.Column("state", sa.String(20), nullable=False, default="UNASSIGNED"),
+        sa.Column("first_discovered_at", sa.Float, nullable=True),
+        sa.Column("finished_at", sa.Float, nullable=True),
+        sa.Column("lease_owner", sa.String(200), nullable=True),
+        sa.Column("lease_until", sa.Float, nullable=True),
+        sa.Column("updated_at", sa.Float, nullable=False),
+    ]
+    if version >= 3:
+        # What the new-data event trigger last fired for, so a restarted trigger does
+        # not fire again for the same data.
+        cols.append(sa.Column("new_data_signal", sa.Text, nullable=True))
+        # The `finished` asset event is emitted once per finishing: for which finished_at
+        # it was claimed, and by which Airflow run (whose retries may claim it again).
+        cols.append(sa.Column("finished_signalled_for", sa.Float, nullable=True))
+        cols.append(sa.Column("finished_signal_run", sa.String(250), nullable=True))
+    if version >= 4:
+        # Kafka Connect's STOPPED: paused with its planned batches released, so its
+        # offsets may be edited.
+        cols.append(sa.Column("stopped", sa.Boolean, nullable=False, default=False))
+    return cols
+
+
+connectors = sa.Table("ac_connectors", metadata, *_connector_columns(version=4))
+
+#: The connectors of every rendered spec (written when Airflow parses a DAG file), so the
+#: REST API and CLI can list connectors that never ran, with their config.
+specs = sa.Table(
+    "ac_specs",
     metadata,
     *_pk(),
-    sa.Column("paused", sa.Boolean, nullable=True),  # None: as the spec says
-    sa.Column("end_of_input", sa.Boolean, nullable=False, default=False),
-    sa.Column("total_records", sa.BigInteger, nullable=False, default=0),
-    sa.Column("total_bytes", sa.BigInteger, nullable=False, default=0),
-    sa.Column("num_parse_errors", sa.BigInteger, nullable=False, default=0),
-    sa.Column("num_transport_errors", sa.BigInteger, nullable=False, default=0),
-    sa.Column("fatal_error", sa.Text, nullable=True),
-    sa.Column("state", sa.String(20), nullable=False, default="UNASSIGNED"),
-    sa.Column("first_discovered_at", sa.Float, nullable=True),
-    sa.Column("finished_at", sa.Float, nullable=True),
-    sa.Column("lease_owner", sa.String(200), nullable=True),
-    sa.Column("lease_until", sa.Float, nullable=True),
+    sa.Column("spec", sa.JSON, nullable=False),  # {"table": ..., "connector": ...}
+    sa.Column("digest", sa.String(64), nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
 )
 
-batches = sa.Table(
-    "ac_batches",
-    metadata,
-    sa.Column("batch_id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("pipeline", sa.String(200), nullable=False),
-    sa.Column("table_name", sa.String(200), nullable=False),
-    sa.Column("connector", sa.String(100), nullable=False),
-    sa.Column("status", sa.String(20), nullable=False),  # planned | committed
-    sa.Column("plan", sa.JSON, nullable=False),
-    sa.Column("planned_records", sa.BigInteger, nullable=True),
-    sa.Column("planned_items", sa.Integer, nullable=False),
-    sa.Column("planned_bytes", sa.BigInteger, nullable=True),
-    sa.Column("attempts", sa.Integer, nullable=False, default=0),
-    sa.Column("attempt", sa.String(64), nullable=True),  # the committed attempt
-    sa.Column("records", sa.BigInteger, nullable=True),
-    sa.Column("bytes", sa.BigInteger, nullable=True),
-    sa.Column("parse_errors", sa.BigInteger, nullable=True),
-    sa.Column("created_at", sa.Float, nullable=False),
-    sa.Column("committed_at", sa.Float, nullable=True),
-    sa.Column("published", sa.Boolean, nullable=False, default=False),  # since v2
-)
+
+def _batch_columns(*, published: bool) -> list[sa.Column[object]]:
+    cols: list[sa.Column[object]] = [
+        sa.Column("batch_id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("pipeline", sa.String(200), nullable=False),
+        sa.Column("table_name", sa.String(200), nullable=False),
+        sa.Column("connector", sa.String(100), nullable=False),
+        sa.Column("status", sa.String(20), nullable=False),  # planned | committed
+        sa.Column("plan", sa.JSON, nullable=False),
+        sa.Column("planned_records", sa.BigInteger, nullable=True),
+        sa.Column("planned_items", sa.Integer, nullable=False),
+        sa.Column("planned_bytes", sa.BigInteger, nullable=True),
+        sa.Column("attempts", sa.Integer, nullable=False, default=0),
+        sa.Column("attempt", sa.String(64), nullable=True),  # the committed attempt
+        sa.Column("records", sa.BigInteger, nullable=True),
+        sa.Column("bytes", sa.BigInteger, nullable=True),
+        sa.Column("parse_errors", sa.BigInteger, nullable=True),
+        sa.Column("created_at", sa.Float, nullable=False),
+        sa.Column("committed_at", sa.Float, nullable=True),
+    ]
+    if published:  # since v2
+        cols.append(sa.Column("published", sa.Boolean, nullable=False, default=False))
+    return cols
+
+
+batches = sa.Table("ac_batches", metadata, *_batch_columns(published=True))
 
 offsets = sa.Table(
     "ac_offsets",
@@ -105,10 +136,11 @@ errors = sa.Table(
 
 def _v1(conn: Connection) -> None:
     # Version 1 had every table, but ac_batches without `published`.
-    tables = [schema_version, pipelines, connectors, offsets, errors]
+    tables = [schema_version, pipelines, offsets, errors]  # as they were in version 1
     metadata.create_all(conn, tables=tables)
-    cols = [c.copy() for c in batches.columns if c.name != "published"]  # type: ignore[attr-defined]
-    sa.Table("ac_batches", sa.MetaData(), *cols).create(conn)
+    old = sa.MetaData()
+    sa.Table("ac_connectors", old, *_connector_columns(version=1)).create(conn)
+    sa.Table("ac_batches", old, *_batch_columns(published=False)).create(conn)
 
 
 def _v2(conn: Connection) -> None:
@@ -127,7 +159,22 @@ def _v2(conn: Connection) -> None:
     ).create(conn)
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2]
+def _v3(conn: Connection) -> None:
+    # Airflow: the new-data trigger's last signal, and when `finished` was last emitted.
+    conn.execute(sa.text("ALTER TABLE ac_connectors ADD COLUMN new_data_signal TEXT"))
+    conn.execute(sa.text("ALTER TABLE ac_connectors ADD COLUMN finished_signalled_for FLOAT"))
+    conn.execute(sa.text("ALTER TABLE ac_connectors ADD COLUMN finished_signal_run VARCHAR(250)"))
+
+
+def _v4(conn: Connection) -> None:
+    # Connector management: STOPPED connectors and the catalog of rendered specs.
+    conn.execute(
+        sa.text("ALTER TABLE ac_connectors ADD COLUMN stopped BOOLEAN NOT NULL DEFAULT FALSE")
+    )
+    specs.create(conn)
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4]
 LATEST = len(MIGRATIONS)
 
 
@@ -147,8 +194,19 @@ def migrate(engine: sa.Engine, target: int = LATEST) -> int:
             f"understands ({LATEST}); upgrade airflow-connectors"
         )
     for version in range(start + 1, target + 1):
-        with engine.begin() as conn:
-            MIGRATIONS[version - 1](conn)
-            conn.execute(sa.delete(schema_version))
-            conn.execute(sa.insert(schema_version).values(version=version))
+        try:
+            with engine.begin() as conn:
+                if conn.dialect.name == "postgresql":
+                    # Airflow tasks may open a fresh store at the same moment: one migrates.
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(724508311)"))
+                if current_version(conn) >= version:
+                    continue
+                MIGRATIONS[version - 1](conn)
+                conn.execute(sa.delete(schema_version))
+                conn.execute(sa.insert(schema_version).values(version=version))
+        except sa.exc.DBAPIError:
+            # Another process migrated concurrently (SQLite has no advisory locks).
+            with engine.begin() as conn:
+                if current_version(conn) < version:
+                    raise
     return start

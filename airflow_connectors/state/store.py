@@ -52,6 +52,9 @@ class ItemReceipt:
     bytes: int
     completed: bool
     records_done: int  # records of this key committed before this batch
+    #: Transport bookkeeping kept with the offset, e.g. ``{"seen": n}``: bytes up to n
+    #: were looked at (a partial last line stays unread until the file grows past n).
+    meta: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -91,6 +94,7 @@ class ConnectorState:
     num_transport_errors: int = 0
     fatal_error: str | None = None
     state: str = "UNASSIGNED"
+    stopped: bool = False
     finished_at: float | None = None
     buffered_records: int = 0
     buffered_batches: int = 0
@@ -101,6 +105,30 @@ class ConnectorState:
     def finished(self) -> bool:
         """Feldera's test: end of input and nothing planned-but-uncommitted."""
         return self.end_of_input and self.buffered_batches == 0
+
+    def feldera_status(self) -> dict[str, Any]:
+        """Feldera's ``InputEndpointStatus`` shape, plus the Kafka Connect ``state``."""
+        return {
+            "endpoint_name": self.ref.endpoint_name,
+            "config": {"stream": self.ref.table},
+            "metrics": {
+                "total_bytes": self.total_bytes,
+                "total_records": self.total_records,
+                "buffered_records": self.buffered_records,
+                "num_transport_errors": self.num_transport_errors,
+                "num_parse_errors": self.num_parse_errors,
+                "end_of_input": self.end_of_input,
+            },
+            "paused": bool(self.paused),
+            "state": "PAUSED" if self.paused else self.state,
+            "fatal_error": self.fatal_error,
+            "parse_errors": self.parse_errors,
+            "transport_errors": self.transport_errors,
+        }
+
+
+class ConnectorNotStopped(RuntimeError):
+    """Offsets change only while the connector is stopped."""
 
 
 class StateStore:
@@ -116,6 +144,7 @@ class StateStore:
         self.engine = sa.create_engine(url, **kwargs)
         if url.startswith("sqlite"):
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+            sa.event.listen(self.engine, "begin", _sqlite_begin)
         if migrate:
             s.migrate(self.engine)
 
@@ -180,12 +209,16 @@ class StateStore:
                 )
 
     def set_connector_paused(self, ref: ConnectorRef, paused: bool | None) -> None:
+        self._update_connector(ref, paused=paused)
+
+    def _update_connector(self, ref: ConnectorRef, **values: Any) -> None:
+        """Set columns of the connector's row (created when missing)."""
         with self.tx() as conn:
             self.ensure_connector(ref, conn)
             conn.execute(
                 sa.update(s.connectors)
                 .where(ref.where(s.connectors))
-                .values(paused=paused, updated_at=time.time())
+                .values(**values, updated_at=time.time())
             )
 
     def acquire_lease(self, ref: ConnectorRef, owner: str, ttl: float = 600.0) -> bool:
@@ -286,15 +319,17 @@ class StateStore:
                         connector=ref.connector,
                         status="planned",
                         plan=plan,
-                        planned_records=sum(counts) if None not in counts else None,  # type: ignore[arg-type]
+                        planned_records=_total(counts),
                         planned_items=len(items),
-                        planned_bytes=sum(sizes) if None not in sizes else None,  # type: ignore[arg-type]
+                        planned_bytes=_total(sizes),
                         attempts=0,
                         created_at=now,
                         published=False,
                     )
                 )
-                ids.append(int(result.inserted_primary_key[0]))
+                key = result.inserted_primary_key
+                assert key is not None
+                ids.append(int(key[0]))
             conn.execute(
                 sa.update(s.connectors)
                 .where(ref.where(s.connectors), s.connectors.c.first_discovered_at.is_(None))
@@ -372,6 +407,7 @@ class StateStore:
                     "offset": r.offset,
                     "records": r.records_done + r.records + r.bad,
                     "completed": r.completed,
+                    "meta": r.meta,
                     "batch_id": batch_id,
                 }
                 n = conn.execute(
@@ -491,6 +527,192 @@ class StateStore:
                 values["finished_at"] = now
             conn.execute(sa.update(s.connectors).where(ref.where(s.connectors)).values(**values))
 
+    # --- connector management (REST API, CLI) ----------------------------------------
+
+    def register_specs(self, pipeline: str, entries: dict[tuple[str, str], dict[str, Any]]) -> int:
+        """Record the connectors a spec renders to (``(table, connector) -> {"table":
+        ..., "connector": ...}``); rows of connectors no longer in the spec are removed.
+        Writes only what changed; returns how many rows changed."""
+        import hashlib
+        import json
+
+        now = time.time()
+        changed = 0
+        with self.tx() as conn:
+            have = {
+                (r.table_name, r.connector): r.digest
+                for r in conn.execute(
+                    sa.select(s.specs.c.table_name, s.specs.c.connector, s.specs.c.digest).where(
+                        s.specs.c.pipeline == pipeline
+                    )
+                )
+            }
+            for (table, connector), doc in entries.items():
+                digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+                if have.get((table, connector)) == digest:
+                    continue
+                ref = ConnectorRef(pipeline, table, connector)
+                values = {"spec": doc, "digest": digest, "updated_at": now}
+                if (table, connector) in have:
+                    conn.execute(sa.update(s.specs).where(ref.where(s.specs)).values(**values))
+                else:
+                    conn.execute(
+                        sa.insert(s.specs).values(
+                            pipeline=pipeline, table_name=table, connector=connector, **values
+                        )
+                    )
+                changed += 1
+            for table, connector in set(have) - set(entries):
+                conn.execute(
+                    sa.delete(s.specs).where(
+                        ConnectorRef(pipeline, table, connector).where(s.specs)
+                    )
+                )
+                changed += 1
+        return changed
+
+    def catalog(self, pipeline: str | None = None) -> dict[ConnectorRef, dict[str, Any]]:
+        """Registered connectors and their specs, ordered by name."""
+        q = sa.select(s.specs).order_by(
+            s.specs.c.pipeline, s.specs.c.table_name, s.specs.c.connector
+        )
+        if pipeline is not None:
+            q = q.where(s.specs.c.pipeline == pipeline)
+        with self.tx() as conn:
+            rows = conn.execute(q).all()
+        return {ConnectorRef(r.pipeline, r.table_name, r.connector): r.spec for r in rows}
+
+    def offsets(self, ref: ConnectorRef) -> list[dict[str, Any]]:
+        """Committed offsets per source key."""
+        with self.tx() as conn:
+            rows = conn.execute(
+                sa.select(s.offsets).where(ref.where(s.offsets)).order_by(s.offsets.c.key)
+            ).all()
+        return [
+            {
+                "key": r.key,
+                "offset": r.offset,
+                "records": r.records,
+                "completed": bool(r.completed),
+                **({"meta": r.meta} if r.meta else {}),
+            }
+            for r in rows
+        ]
+
+    def edit_offsets(self, ref: ConnectorRef, entries: Sequence[dict[str, Any]] | None) -> None:
+        """Set the offsets of the given keys (``offset: None`` forgets a key), or forget
+        every key (``entries=None``). Only a stopped connector's offsets may change:
+        nothing is in flight then."""
+        with self.tx() as conn:
+            stopped = conn.execute(
+                sa.select(s.connectors.c.stopped).where(ref.where(s.connectors))
+            ).scalar()
+            if not stopped:
+                raise ConnectorNotStopped(
+                    f"connector {ref} is not stopped; stop it first (its planned batches are "
+                    "then released), edit its offsets, then resume it"
+                )
+            if entries is None:
+                conn.execute(sa.delete(s.offsets).where(ref.where(s.offsets)))
+            for e in entries or ():
+                where = sa.and_(ref.where(s.offsets), s.offsets.c.key == e["key"])
+                conn.execute(sa.delete(s.offsets).where(where))
+                if e.get("offset") is not None:
+                    conn.execute(
+                        sa.insert(s.offsets).values(
+                            pipeline=ref.pipeline,
+                            table_name=ref.table,
+                            connector=ref.connector,
+                            key=e["key"],
+                            offset=int(e["offset"]),
+                            records=int(e.get("records", 0)),
+                            completed=bool(e.get("completed", False)),
+                            meta=e.get("meta"),
+                            batch_id=0,
+                        )
+                    )
+            # The input is no longer known to be exhausted; finishing is signalled anew.
+            conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors))
+                .values(end_of_input=False, finished_at=None, updated_at=time.time())
+            )
+
+    def set_stopped(self, ref: ConnectorRef, stopped: bool) -> None:
+        self._update_connector(ref, stopped=stopped)
+
+    def set_restarting(self, ref: ConnectorRef) -> None:
+        """Kafka Connect's RESTARTING, until the next batch commits or fails."""
+        self._update_connector(ref, state="RESTARTING")
+
+    def batch_error(self, batch_id: int) -> str | None:
+        """The latest error recorded for a batch (the trace of its failed task)."""
+        with self.tx() as conn:
+            return conn.execute(
+                sa.select(s.errors.c.message)
+                .where(s.errors.c.batch_id == batch_id)
+                .order_by(s.errors.c.id.desc())
+                .limit(1)
+            ).scalar()
+
+    def drop_planned_batch(self, batch_id: int) -> bool:
+        """Forget a planned (uncommitted) batch: its items become new work again."""
+        with self.tx() as conn:
+            n = conn.execute(
+                sa.delete(s.batches).where(
+                    s.batches.c.batch_id == batch_id, s.batches.c.status == "planned"
+                )
+            ).rowcount
+        return n == 1
+
+    # --- signals to Airflow --------------------------------------------------------
+
+    def signal_new_data(self, ref: ConnectorRef, fingerprint: str) -> bool:
+        """Record that the new-data trigger fires for ``fingerprint``; False when it
+        already fired for exactly that (a restarted trigger seeing the same data)."""
+        with self.tx() as conn:
+            self.ensure_connector(ref, conn)
+            n = conn.execute(
+                sa.update(s.connectors)
+                .where(
+                    ref.where(s.connectors),
+                    sa.or_(
+                        s.connectors.c.new_data_signal.is_(None),
+                        s.connectors.c.new_data_signal != fingerprint,
+                    ),
+                )
+                .values(new_data_signal=fingerprint)
+            ).rowcount
+        return n == 1
+
+    def claim_finished_signal(self, ref: ConnectorRef, run_id: str) -> bool:
+        """True when the connector is finished and its `finished` event has not been
+        emitted since it finished (or was claimed by ``run_id`` itself, on a retry)."""
+        with self.tx() as conn:
+            c = s.connectors.c
+            row = conn.execute(
+                sa.select(
+                    c.end_of_input, c.finished_at, c.finished_signalled_for, c.finished_signal_run
+                ).where(ref.where(s.connectors))
+            ).first()
+            if row is None or not row.end_of_input or row.finished_at is None:
+                return False
+            pending = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(s.batches)
+                .where(ref.where(s.batches), s.batches.c.status == "planned")
+            ).scalar()
+            if pending:
+                return False
+            if row.finished_signalled_for == row.finished_at and row.finished_signal_run != run_id:
+                return False
+            conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors))
+                .values(finished_signalled_for=row.finished_at, finished_signal_run=run_id)
+            )
+        return True
+
     # --- status -------------------------------------------------------------------
 
     def status(self, ref: ConnectorRef) -> ConnectorState | None:
@@ -516,6 +738,7 @@ class StateStore:
             num_transport_errors=row.num_transport_errors,
             fatal_error=row.fatal_error,
             state=row.state,
+            stopped=bool(row.stopped),
             finished_at=row.finished_at,
             # Records of planned batches; where a transport cannot count ahead (files),
             # each planned work item counts as one record so `buffered_records == 0`
@@ -579,7 +802,23 @@ def _iso(ts: float) -> str:
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # pysqlite's own transaction handling lets DDL autocommit and begins lazily; take it
+    # over so every transaction (migrations included) is one atomic unit.
+    dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA busy_timeout=60000")
     cur.close()
+
+
+def _sqlite_begin(conn: sa.Connection) -> None:
+    # IMMEDIATE: take the write lock up front, so two processes committing (or migrating)
+    # at once queue on busy_timeout instead of failing on a stale snapshot.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _total(values: list[int | None]) -> int | None:
+    """The sum, or None when any value is unknown."""
+    if any(v is None for v in values):
+        return None
+    return sum(v for v in values if v is not None)

@@ -85,7 +85,9 @@ class FileInputTransport(Transport):
             done = cursor.get(path)
             if done is None:
                 yield WorkItem(key=path, start=0, end=size, size=size, final=not self.config.follow)
-            elif not done.completed and size > done.offset:
+            elif not done.completed and size > max(done.offset, done.meta.get("seen", 0)):
+                # Bytes past the offset that were already looked at (an unfinished last
+                # line) are read again only once the file has grown.
                 yield WorkItem(
                     key=path,
                     start=done.offset,

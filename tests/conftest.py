@@ -1,0 +1,145 @@
+"""Session fixtures that start real components once: Spark (local[2]), PostgreSQL
+schemas, and an HTTP server with Range support on 127.0.0.1."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+PG_BASE = os.environ.get(
+    "AIRFLOW_CONNECTORS_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # py4j logs at INFO while the interpreter shuts down, after pytest closed its streams.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    # Keep Airflow settings of the developer's machine out of the tests.
+    os.environ.pop("AIRFLOW__CONNECTORS__STATE_STORE_URL", None)
+    os.environ.pop("AIRFLOW__CONNECTORS__WAREHOUSE", None)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from airflow_connectors.engine.spark import spark_session
+    from airflow_connectors.settings import Settings
+
+    session = spark_session(
+        Settings(
+            state_store_url="sqlite://",
+            warehouse="/tmp",
+            spark_master="local[2]",
+            spark_driver_memory="2g",
+        ),
+        "airflow-connectors tests",
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_schema_factory() -> Iterator[Any]:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(PG_BASE)
+    try:
+        with engine.connect():
+            pass
+    except Exception as e:  # pragma: no cover - the machine's PostgreSQL is required
+        pytest.fail(
+            f"PostgreSQL at {PG_BASE} is not reachable ({e}); start it with "
+            "`pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`"
+        )
+    created: list[str] = []
+
+    def make() -> str:
+        schema = f"ac_test_{uuid.uuid4().hex[:10]}"
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+        created.append(schema)
+        return f"{PG_BASE}?options=-csearch_path%3D{schema}"
+
+    yield make
+    with engine.begin() as conn:
+        for schema in created:
+            conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'state.db'}"
+    return str(request.getfixturevalue("pg_schema_factory")())
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'state.db'}"
+
+
+class _Files(BaseHTTPRequestHandler):
+    files: ClassVar[dict[str, bytes]] = {}
+    requests: ClassVar[list[dict[str, str]]] = []
+
+    def do_GET(self) -> None:
+        body = self.files.get(self.path)
+        self.requests.append({"path": self.path, "range": self.headers.get("Range", "")})
+        if body is None:
+            self.send_response(404)
+            self.end_headers()
+            return
+        rng = self.headers.get("Range")
+        if rng and rng.startswith("bytes="):
+            start = int(rng[6:].split("-")[0])
+            if start >= len(body):
+                self.send_response(416)
+                self.end_headers()
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+            part = body[start:]
+        else:
+            self.send_response(200)
+            part = body
+        self.send_header("Content-Length", str(len(part)))
+        self.end_headers()
+        self.wfile.write(part)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def http_server() -> Iterator[Any]:
+    """``server.files['/x.json'] = b'...'``; ``server.url('/x.json')``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Files)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    class Handle:
+        files = _Files.files
+        requests = _Files.requests
+
+        @staticmethod
+        def url(path: str) -> str:
+            return f"http://127.0.0.1:{server.server_address[1]}{path}"
+
+    yield Handle
+    server.shutdown()
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> str:
+    return str(tmp_path / "warehouse")

@@ -1,0 +1,156 @@
+"""Formats decode with pyarrow into the table schema; bad records are isolated with their
+record number and raw text while good records still decode."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+from decimal import Decimal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_connectors.formats import FORMATS
+from airflow_connectors.formats.base import Decoded
+from airflow_connectors.spec import ColumnSpec, SqlType, TableSpec
+
+TABLE = TableSpec(
+    name="t",
+    columns=(
+        ColumnSpec(name="id", type=SqlType("BIGINT"), nullable=False),
+        ColumnSpec(name="name", type=SqlType("VARCHAR")),
+        ColumnSpec(name="amount", type=SqlType("DECIMAL", 10, 2)),
+        ColumnSpec(name="day", type=SqlType("DATE")),
+        ColumnSpec(name="at", type=SqlType("TIME")),
+        ColumnSpec(name="ts", type=SqlType("TIMESTAMP")),
+        ColumnSpec(name="ok", type=SqlType("BOOLEAN")),
+        ColumnSpec(name="small", type=SqlType("TINYINT")),
+    ),
+)
+
+
+def decode(
+    fmt: str, data: bytes, config: dict | None = None, *, final: bool = True, first: int = 1
+) -> list[Decoded]:
+    cls = FORMATS.get(fmt)
+    f = cls(cls.Config.model_validate(config or {}), TABLE)
+    chunks = [data[i : i + 7] for i in range(0, len(data), 7)]  # chunk boundaries inside records
+    return list(f.decode(iter(chunks), final=final, first_record=first, at_start=True))
+
+
+def rows(out: list[Decoded]) -> list[dict]:
+    return [r for d in out for r in d.table.to_pylist()]
+
+
+def errs(out: list[Decoded]) -> list[tuple[int, str, str]]:
+    return [(e.record, e.error, e.raw) for d in out for e in d.errors]
+
+
+GOOD = b'{"id": 1, "name": "a", "amount": 1.5, "day": "2026-01-02", "at": "10:11:12", "ts": "2026-01-02 10:11:12", "ok": true, "small": 3}\n'
+
+
+def test_json_raw_all_types() -> None:
+    out = decode("json", GOOD + b'{"id": 2}\n', {"update_format": "raw"})
+    assert out[0].table.schema.field("ts").type == pa.timestamp("us")
+    assert rows(out) == [
+        {
+            "id": 1,
+            "name": "a",
+            "amount": Decimal("1.50"),
+            "day": dt.date(2026, 1, 2),
+            "at": dt.time(10, 11, 12),
+            "ts": dt.datetime(2026, 1, 2, 10, 11, 12),
+            "ok": True,
+            "small": 3,
+        },
+        {
+            "id": 2,
+            "name": None,
+            "amount": None,
+            "day": None,
+            "at": None,
+            "ts": None,
+            "ok": None,
+            "small": None,
+        },
+    ]
+    assert out[-1].consumed == len(GOOD) + len(b'{"id": 2}\n')
+
+
+def test_json_insert_delete_default_and_errors() -> None:
+    data = b'{"insert": {"id": 1}}\n{"delete": {"id": 1}}\n{"id": 3}\n{"insert": {"id": 4}}\n'
+    out = decode("json", data)
+    assert [r["id"] for r in rows(out)] == [1, 4]
+    found = errs(out)
+    assert [e[0] for e in found] == [2, 3]
+    assert "append-only" in found[0][1]
+    assert 'update_format": "raw"' in found[1][1]
+
+
+def test_json_bad_records_isolated_with_numbers() -> None:
+    lines = [b'{"id": %d, "small": 1}' % i for i in range(1, 101)]
+    lines[9] = b'{"id": "ten"}'
+    lines[49] = b'{"id": 50, "small": 300}'  # does not fit TINYINT
+    lines[79] = b'{"name": "no id"}'  # NOT NULL
+    lines[89] = b'{"id": 90, '  # broken JSON
+    out = decode("json", b"\n".join(lines) + b"\n", {"update_format": "raw"}, first=1001)
+    assert len(rows(out)) == 96
+    found = errs(out)
+    assert [e[0] for e in found] == [1010, 1050, 1080, 1090]
+    assert found[0][2] == '{"id": "ten"}'
+    assert "int8" in found[1][1]
+    assert "NOT NULL" in found[2][1] and "'id'" in found[2][1]
+    assert sum(d.records for d in out) == 100
+
+
+def test_json_multiline_records_and_arrays() -> None:
+    pretty = b'{\n  "id": 1,\n  "name": "x"\n}\n{\n  "id": 2\n}\n'
+    assert [r["id"] for r in rows(decode("json", pretty, {"update_format": "raw"}))] == [1, 2]
+    arr = b'[{"id": 1}, {"id": 2}]\n[{"id": 3}]'
+    assert [
+        r["id"] for r in rows(decode("json", arr, {"update_format": "raw", "array": True}))
+    ] == [1, 2, 3]
+    bad = decode("json", b'{"id": 1}', {"update_format": "raw", "array": True})
+    assert "expected a JSON array" in errs(bad)[0][1]
+
+
+def test_json_partial_last_line_held_back_unless_final() -> None:
+    data = b'{"id": 1}\n{"id": 2}\n{"id": 3'
+    out = decode("json", data, {"update_format": "raw"}, final=False)
+    assert [r["id"] for r in rows(out)] == [1, 2]
+    assert out[-1].consumed == len(b'{"id": 1}\n{"id": 2}\n')
+
+
+def test_csv_types_headers_nulls_and_errors() -> None:
+    data = b"id,name,amount,day,at,ts,ok,small\n1,a,1.5,2026-01-02,10:11:12,2026-01-02 10:11:12,true,3\n2,,,,,,,\nx,b,,,,,,\n4,c\n5,d,,,,,,\n"
+    out = decode("csv", data, {"headers": True})
+    assert [r["id"] for r in rows(out)] == [1, 2, 5]
+    assert rows(out)[0]["ts"] == dt.datetime(2026, 1, 2, 10, 11, 12)
+    assert rows(out)[1]["name"] == ""  # empty is NULL for non-strings only, as in Feldera
+    assert rows(out)[1]["amount"] is None
+    found = errs(out)
+    assert [e[0] for e in found] == [3, 4]
+    assert found[0][1] == "column 'id' (BIGINT): invalid value 'x'"
+    assert found[1][1] == "expected 8 columns, found 2"
+
+
+def test_csv_delimiter_and_quote() -> None:
+    out = decode("csv", b"1;'a;b';;;;;;\n", {"delimiter": ";", "quote": "'"})
+    assert rows(out)[0]["name"] == "a;b"
+
+
+def test_parquet_by_name_and_cast_errors() -> None:
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"small": [1, 2, 500], "id": [1, 2, 3], "extra": ["x", "y", "z"]}), buf)
+    out = decode("parquet", buf.getvalue())
+    assert [(r["id"], r["small"]) for r in rows(out)] == [(1, 1), (2, 2)]
+    ((record, message, raw),) = errs(out)
+    assert record == 3 and "small" in message and '"id": 3' in raw
+
+
+@pytest.mark.parametrize("fmt,config", [("json", {"delimiter": ";"}), ("csv", {"delimiter": ";;"})])
+def test_format_config_rejects_bad_options(fmt: str, config: dict) -> None:
+    cls = FORMATS.get(fmt)
+    with pytest.raises(ValueError):
+        cls.Config.model_validate(config)

@@ -1,0 +1,51 @@
+"""Small helpers shared by tests (no mocks: real engine, real Spark, real stores)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from airflow_connectors.engine.runner import EmbeddedRunner, RunReport
+from airflow_connectors.settings import Settings
+from airflow_connectors.spec import PipelineSpec, parse_pipeline
+from airflow_connectors.state.store import ConnectorRef, ConnectorState, StateStore
+
+
+def pipeline(tables: dict[str, Any], name: str = "p", base_dir: Path | None = None) -> PipelineSpec:
+    return parse_pipeline({"pipeline": name, "tables": tables}, base_dir=base_dir)
+
+
+def run(spec: PipelineSpec, store_url: str, warehouse: str, spark: Any, **kwargs: Any) -> RunReport:
+    settings = Settings(state_store_url=store_url, warehouse=warehouse, spark_master="local[2]")
+    store = StateStore(store_url)
+    try:
+        return EmbeddedRunner(spec, settings, store=store, spark=lambda: spark).run(**kwargs)
+    finally:
+        store.close()
+
+
+def read_table(warehouse: str, pipeline: str, table: str) -> pa.Table:
+    path = Path(warehouse) / pipeline / table
+    if not path.is_dir():
+        return pa.table({})
+    return ds.dataset(str(path), format="parquet").to_table()
+
+
+def status(store_url: str, pipeline: str, table: str, connector: str) -> ConnectorState:
+    store = StateStore(store_url)
+    try:
+        st = store.status(ConnectorRef(pipeline, table, connector))
+    finally:
+        store.close()
+    assert st is not None, f"no state for {pipeline}.{table}.{connector}"
+    return st
+
+
+def checksum(table: pa.Table, order_by: str) -> str:
+    """Order-independent content hash: rows sorted by ``order_by``, then hashed."""
+    rows = table.sort_by(order_by).to_pylist()
+    return hashlib.sha256(repr(rows).encode()).hexdigest()

@@ -1,0 +1,421 @@
+"""Spec validation: Feldera's orchestration examples and every error class, each checked
+by path and message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_connectors.spec import (
+    SpecValidationError,
+    load_pipeline,
+    parse_pipeline,
+    validate_pipeline,
+)
+
+# Verbatim from Feldera's "Input connector orchestration" page.
+NUMBERS_SQL = """CREATE TABLE numbers (
+num INT
+) WITH (
+'connectors' = '[
+{
+"name": "c1",
+"paused": true,
+"transport": {
+"name": "datagen",
+"config": {"plan": [{ "rate": 1, "fields": { "num": { "range": [0, 10], "strategy": "uniform" } } }]}
+}
+},
+{
+"name": "c2",
+"paused": false,
+"transport": {
+"name": "datagen",
+"config": {"plan": [{ "rate": 1, "fields": { "num": { "range": [10, 20], "strategy": "uniform" } } }]}
+}
+}
+]'
+);"""
+
+PRICE_SQL = """create table PRICE (
+part bigint not null,
+vendor bigint not null,
+price integer
+) WITH ('connectors' = '[{
+"labels": "price.backfill",
+"transport": {
+"name": "url_input", "config": {"path": "https://feldera-basics-tutorial.s3.amazonaws.com/price.json" }
+},
+"format": { "name": "json" }
+},
+{
+"start_after": ["price.backfill"],
+"format": {"name": "json"},
+"transport": {
+"name": "kafka_input",
+"config": {
+"topics": ["price"],
+"bootstrap.servers": "redpanda:9092",
+"auto.offset.reset": "earliest"
+}
+}
+}]');"""
+
+
+def errors(doc: Any) -> list[tuple[str, str]]:
+    return [(e.path, e.message) for e in validate_pipeline(doc)]
+
+
+def one_error(doc: Any) -> tuple[str, str]:
+    found = errors(doc)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def table(*connectors: dict[str, Any], columns: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "pipeline": "p",
+        "tables": {"t": {"columns": columns or {"a": "INT"}, "connectors": list(connectors)}},
+    }
+
+
+def files(name: str = "f", **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "transport": {"name": "file_input", "config": {"path": "/data/x.json"}},
+        "format": {"name": "json"},
+        **extra,
+    }
+
+
+def test_feldera_numbers_example_validates(tmp_path: Path) -> None:
+    (tmp_path / "example.sql").write_text(NUMBERS_SQL)
+    spec = load_pipeline(tmp_path / "example.sql")
+    assert spec.name == "example"
+    t = spec.table("numbers")
+    assert [(c.name, c.paused) for c in t.connectors] == [("c1", True), ("c2", False)]
+    assert str(t.columns[0]) == "num INT"
+    assert t.connectors[0].transport.config["plan"][0]["fields"]["num"]["range"] == [0, 10]
+
+
+def test_feldera_price_example_reports_only_kafka_missing() -> None:
+    path, message = one_error({"pipeline": "tutorial", "sql": PRICE_SQL})
+    assert path == "tables.price.connectors[1].transport.name"
+    assert message == (
+        "transport 'kafka_input' is not available yet; available transports: datagen, file_input, url_input"
+    )
+
+
+def test_price_table_parses_labels_string_and_unnamed_connectors() -> None:
+    sql = (
+        PRICE_SQL.replace('"kafka_input"', '"url_input"')
+        .replace('"topics": ["price"],', "")
+        .replace(
+            '"bootstrap.servers": "redpanda:9092",\n"auto.offset.reset": "earliest"',
+            '"path": "http://127.0.0.1/p"',
+        )
+    )
+    spec = parse_pipeline({"pipeline": "tutorial", "sql": sql})
+    price = spec.table("price")  # unquoted identifiers are lower-cased, as in Feldera
+    assert [c.name for c in price.connectors] == ["unnamed-0", "unnamed-1"]
+    assert price.connectors[0].labels == ("price.backfill",)
+    assert price.connectors[1].start_after == ("price.backfill",)
+    assert [str(c) for c in price.columns] == [
+        "part BIGINT NOT NULL",
+        "vendor BIGINT NOT NULL",
+        "price INT",
+    ]
+
+
+def test_sql_file_pipeline_name_override(tmp_path: Path) -> None:
+    (tmp_path / "x.sql").write_text(NUMBERS_SQL)
+    assert load_pipeline(tmp_path / "x.sql", pipeline="other").name == "other"
+
+
+def test_table_given_as_sql_inside_yaml(tmp_path: Path) -> None:
+    spec_file = tmp_path / "p.yaml"
+    spec_file.write_text(
+        "pipeline: p\ntables:\n  numbers:\n    sql: |\n"
+        + "\n".join("      " + line for line in NUMBERS_SQL.splitlines())
+        + "\n"
+    )
+    assert [c.name for c in load_pipeline(spec_file).table("numbers").connectors] == ["c1", "c2"]
+
+
+def test_json_spec_and_relative_paths_resolve_against_spec_folder(tmp_path: Path) -> None:
+    doc = table(files(), columns={"a": "INT"})
+    doc["tables"]["t"]["connectors"][0]["transport"]["config"]["path"] = "data/*.json"
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    spec = load_pipeline(tmp_path / "p.json")
+    assert spec.table("t").connectors[0].transport.config["path"] == str(tmp_path / "data/*.json")
+
+
+def test_unknown_key_with_did_you_mean() -> None:
+    path, message = one_error(table(files(lables=["x"])))
+    assert path == "tables.t.connectors[0].lables"
+    assert message.startswith(
+        "unknown field 'lables' (did you mean 'labels'?); allowed fields: name, paused, labels"
+    )
+
+
+def test_unknown_key_in_transport_config() -> None:
+    doc = table(files())
+    doc["tables"]["t"]["connectors"][0]["transport"]["config"]["folow"] = True
+    path, message = one_error(doc)
+    assert path == "tables.t.connectors[0].transport.config.folow"
+    assert (
+        message
+        == "unknown field 'folow' (did you mean 'follow'?); allowed fields: path, follow, buffer_size_bytes"
+    )
+
+
+def test_unknown_top_level_key() -> None:
+    doc = table(files())
+    doc["tabels"] = {}
+    assert (
+        "tabels",
+        "unknown field 'tabels' (did you mean 'tables'?); allowed fields: pipeline, tables, sql",
+    ) in errors(doc)
+
+
+def test_wrong_types() -> None:
+    found = errors(table(files(paused="maybe", tasks_max="many")))
+    assert (
+        "tables.t.connectors[0].paused",
+        "input should be a valid boolean, unable to interpret input (got 'maybe')",
+    ) in found
+    assert (
+        "tables.t.connectors[0].tasks_max",
+        "input should be a valid integer, unable to parse string as an integer (got 'many')",
+    ) in found
+
+
+def test_bad_column_type() -> None:
+    path, message = one_error(table(files(), columns={"a": "BLOB"}))
+    assert path == "tables.t.columns.a"
+    assert message.startswith("unsupported column type 'BLOB'; supported types: BOOLEAN, TINYINT")
+
+
+@pytest.mark.parametrize("name", ["bad name", "x" * 101, "a.b", ""])
+def test_connector_name_pattern(name: str) -> None:
+    path, message = one_error(table(files(name)))
+    assert path == "tables.t.connectors[0].name"
+    assert (
+        message
+        == f"connector name {name!r} must be 1 to 100 characters of letters, digits, '_' and '-'"
+    )
+
+
+def test_duplicate_connector_names() -> None:
+    path, message = one_error(table(files("a"), files("a")))
+    assert path == "tables.t.connectors[1].name"
+    assert (
+        message
+        == "two connectors of table 't' are named 'a' (also connectors[0]); names must be unique within a table"
+    )
+
+
+def test_explicit_name_colliding_with_generated_one() -> None:
+    unnamed = files()
+    del unnamed["name"]
+    path, message = one_error(table(unnamed, files("unnamed-0")))
+    assert path == "tables.t.connectors[1].name"
+    assert "named 'unnamed-0'" in message
+
+
+def test_empty_start_after() -> None:
+    path, message = one_error(table(files("a", labels="l"), files("b", start_after=[])))
+    assert path == "tables.t.connectors[1].start_after"
+    assert (
+        message
+        == "empty 'start_after' for connector t.b; name at least one label, or remove the field"
+    )
+
+
+def test_start_after_label_nobody_carries() -> None:
+    path, message = one_error(
+        table(files("a", labels=["backfill"]), files("b", start_after="bakfill"))
+    )
+    assert path == "tables.t.connectors[1].start_after"
+    assert (
+        message
+        == "connector t.b waits for label 'bakfill', which no connector carries; labels in this pipeline: backfill"
+    )
+
+
+def test_start_after_cycle_names_connectors_and_labels() -> None:
+    # Feldera's test_start_after_cyclic
+    path, message = one_error(
+        table(
+            files("e1", labels=["label1"], start_after="label2"),
+            files("e2", labels=["label2"], start_after="label1"),
+        )
+    )
+    assert path == "tables.t.connectors[0].start_after"
+    assert message == (
+        "cyclic 'start_after' dependency: t.e1 waits for label 'label2' carried by t.e2, which waits for label "
+        "'label1' carried by t.e1; remove one of these labels or start_after entries"
+    )
+
+
+def test_start_after_self_loop_and_cross_table_cycle() -> None:
+    path, message = one_error(table(files("a", labels=["x"], start_after="x")))
+    assert path == "tables.t.connectors[0].start_after"
+    assert message.startswith(
+        "cyclic 'start_after' dependency: t.a waits for label 'x' carried by t.a"
+    )
+    doc = {
+        "pipeline": "p",
+        "tables": {
+            "t": {"columns": {"a": "INT"}, "connectors": [files("a", labels="A", start_after="C")]},
+            "u": {
+                "columns": {"a": "INT"},
+                "connectors": [
+                    files("b", labels="B", start_after="A"),
+                    files("c", labels="C", start_after="B"),
+                ],
+            },
+        },
+    }
+    path, message = one_error(doc)
+    assert path == "tables.t.connectors[0].start_after"
+    assert message.startswith(
+        "cyclic 'start_after' dependency: t.a waits for label 'C' carried by u.c, which waits for label 'B' carried by u.b, which waits for label 'A' carried by t.a"
+    )
+
+
+def test_unknown_transport_lists_available() -> None:
+    path, message = one_error(
+        table({"name": "k", "transport": {"name": "s3_input"}, "format": {"name": "json"}})
+    )
+    assert path == "tables.t.connectors[0].transport.name"
+    assert (
+        message
+        == "transport 's3_input' is not available yet; available transports: datagen, file_input, url_input"
+    )
+
+
+def test_unknown_format_lists_available() -> None:
+    path, message = one_error(table(files(format={"name": "avro"})))
+    assert path == "tables.t.connectors[0].format.name"
+    assert message == "format 'avro' is not available; available formats: csv, json, parquet"
+
+
+def test_transport_that_needs_a_format() -> None:
+    c = files()
+    del c["format"]
+    path, message = one_error(table(c))
+    assert path == "tables.t.connectors[0].format"
+    assert (
+        message
+        == 'transport \'file_input\' needs a format; add "format": {"name": ...} with one of: csv, json, parquet'
+    )
+
+
+def test_datagen_takes_no_format_and_checks_fields() -> None:
+    path, message = one_error(
+        table({"name": "g", "transport": {"name": "datagen"}, "format": {"name": "json"}})
+    )
+    assert (path, message) == (
+        "tables.t.connectors[0].format",
+        "transport 'datagen' produces records itself and takes no format; remove 'format'",
+    )
+    path, message = one_error(
+        table(
+            {
+                "name": "g",
+                "transport": {"name": "datagen", "config": {"plan": [{"fields": {"nope": {}}}]}},
+            }
+        )
+    )
+    assert path == "tables.t.connectors[0].transport.config"
+    assert "nope" in message and "a" in message
+
+
+def test_every_problem_reported_at_once() -> None:
+    doc = table(
+        files("bad name"),
+        files("x", start_after="missing"),
+        {"name": "y", "transport": {"name": "nope"}},
+    )
+    doc["tables"]["t"]["columns"] = {"a": "INT", "b": "BLOB"}
+    paths = [p for p, _ in errors(doc)]
+    assert sorted(paths) == [
+        "tables.t.columns.b",
+        "tables.t.connectors[0].name",
+        "tables.t.connectors[1].start_after",
+        "tables.t.connectors[2].transport.name",
+    ]
+
+
+def test_sql_errors() -> None:
+    assert errors({"pipeline": "p", "sql": "CREATE TABLE t (a INT) WITH ('connectors' = '[{]')"})[
+        0
+    ][1].startswith("'connectors' is not legal JSON")
+    path, message = errors({"pipeline": "p", "sql": "CREATE VIEW v AS SELECT 1"})[0]
+    assert path == "sql[0]" and message.startswith("expected CREATE TABLE")
+
+
+def test_spec_validation_error_lists_every_line(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text(
+        "pipeline: p\ntables:\n  t:\n    columns: {a: INT}\n    connectors:\n      - {name: a, transport: {name: nope}}\n      - {name: a b, transport: {name: file_input, config: {path: /x}}}\n"
+    )
+    with pytest.raises(SpecValidationError) as exc:
+        load_pipeline(tmp_path / "p.yaml")
+    assert len(exc.value.errors) == 3
+    assert str(exc.value).count("\n") == 3
+
+
+@pytest.mark.parametrize(
+    ("trigger", "path", "message"),
+    [
+        (
+            {"schedule": "@often"},
+            "tables.t.connectors[0].trigger.schedule",
+            "unknown cron preset '@often'; use one of @hourly, @daily, @weekly, @monthly, @quarterly, @yearly",
+        ),
+        (
+            {"schedule": "every hour"},
+            "tables.t.connectors[0].trigger.schedule",
+            "'every hour' is not a cron expression; expected 5 fields",
+        ),
+        (
+            {"poll_interval": 5},
+            "tables.t.connectors[0].trigger",
+            "poll_interval applies to event triggers only; add on: new_data",
+        ),
+        (
+            {"on": "new_file"},
+            "tables.t.connectors[0].trigger.on",
+            "input should be 'new_data'",
+        ),
+    ],
+)
+def test_trigger_errors(trigger: dict[str, Any], path: str, message: str) -> None:
+    found_path, found = one_error(table(files(trigger=trigger)))
+    assert found_path == path
+    assert found.startswith(message), found
+
+
+def test_trigger_on_key_survives_yaml(tmp_path: Path) -> None:
+    # YAML 1.1 reads a bare `on` as true; specs use YAML 1.2 booleans.
+    (tmp_path / "p.yaml").write_text(
+        "pipeline: p\n"
+        "tables:\n"
+        "  t:\n"
+        "    columns: {id: BIGINT}\n"
+        "    connectors:\n"
+        "      - name: f\n"
+        "        paused: yes\n"
+        "        trigger: {on: new_data, poll_interval: 5, schedule: '*/10 * * * *'}\n"
+        "        transport: {name: file_input, config: {path: data}}\n"
+        "        format: {name: json}\n"
+    )
+    connector = load_pipeline(tmp_path / "p.yaml").table("t").connectors[0]
+    assert connector.paused is True  # `yes` still reads as true for boolean fields
+    trigger = load_pipeline(tmp_path / "p.yaml").table("t").connectors[0].trigger
+    assert trigger is not None and trigger.on == "new_data" and trigger.poll_seconds == 5
+    assert trigger.schedule == "*/10 * * * *"

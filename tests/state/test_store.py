@@ -1,0 +1,194 @@
+"""The state store on SQLite and on the machine's PostgreSQL."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from airflow_connectors.state import schema
+from airflow_connectors.state.store import ConnectorRef, ErrorRecord, ItemReceipt, StateStore
+
+REF = ConnectorRef("p", "t", "c")
+
+
+def plan(*keys: str, records: int | None = None) -> dict:
+    return {"items": [{"key": k, "start": 0, "end": 10, "records": records} for k in keys]}
+
+
+def receipt(key: str, records: int = 5, bad: int = 0) -> ItemReceipt:
+    return ItemReceipt(
+        key=key, offset=10, records=records, bad=bad, bytes=10, completed=True, records_done=0
+    )
+
+
+def test_plan_commit_offsets_metrics_in_one_step(store_url: str) -> None:
+    store = StateStore(store_url)
+    [b1] = store.plan_batches(REF, [plan("a", "b")])
+    assert store.cursor(REF).in_flight == {"a", "b"}
+    st = store.status(REF)
+    assert (
+        st is not None and st.buffered_batches == 1 and st.buffered_records == 2 and not st.finished
+    )
+    assert store.commit_batch(
+        b1, "1-x", [receipt("a"), receipt("b", 3, 2)], [ErrorRecord("parse", "bad", "b", 4)]
+    )
+    cur = store.cursor(REF)
+    assert cur.in_flight == frozenset()
+    assert cur.get("b") is not None and cur.get("b").records == 5 and cur.get("b").completed  # type: ignore[union-attr]
+    st = store.status(REF)
+    assert st is not None
+    assert (st.total_records, st.num_parse_errors, st.total_bytes, st.buffered_records) == (
+        8,
+        2,
+        20,
+        0,
+    )
+    assert st.parse_errors[0]["message"] == "bad" and st.parse_errors[0]["record_number"] == 4
+    # A committed batch cannot commit again: offsets and metrics stay as they are.
+    assert not store.commit_batch(b1, "2-y", [receipt("a", 100)], [])
+    st = store.status(REF)
+    assert st is not None and st.total_records == 8
+    assert store.load_batch(b1).attempt == "1-x"
+    store.close()
+
+
+def test_errors_keep_last_100(store_url: str) -> None:
+    store = StateStore(store_url)
+    for i in range(3):
+        [b] = store.plan_batches(REF, [plan(f"k{i}")])
+        store.commit_batch(
+            b, "a", [receipt(f"k{i}")], [ErrorRecord("parse", f"e{i}-{j}") for j in range(60)]
+        )
+    st = store.status(REF)
+    assert st is not None
+    assert len(st.parse_errors) == 100
+    assert st.parse_errors[-1]["message"] == "e2-59" and st.parse_errors[0]["message"] == "e1-20"
+    store.close()
+
+
+def test_leases_flags_and_failures(store_url: str) -> None:
+    store = StateStore(store_url)
+    assert store.acquire_lease(REF, "one", ttl=60)
+    assert not store.acquire_lease(REF, "two", ttl=60)
+    assert store.acquire_lease(REF, "one", ttl=60)  # re-entrant for its owner
+    store.release_lease(REF, "one")
+    assert store.acquire_lease(REF, "two", ttl=-1)  # expired lease
+    assert store.acquire_lease(REF, "three")
+    assert not store.pipeline_paused("p")
+    store.set_pipeline_paused("p", True)
+    assert store.pipeline_paused("p")
+    store.set_connector_paused(REF, True)
+    st = store.status(REF)
+    assert st is not None and st.paused is True
+    store.record_failure(REF, "connector p.t.c: GET x answered HTTP 500", batch_id=None)
+    st = store.status(REF)
+    assert (
+        st is not None and st.state == "FAILED" and st.fatal_error and st.num_transport_errors == 1
+    )
+    store.close()
+
+
+def test_schema_migrates_forward_from_v1(store_url: str) -> None:
+    engine = sa.create_engine(store_url)
+    schema.migrate(engine, target=1)
+    with engine.begin() as conn:
+        assert schema.current_version(conn) == 1
+        assert "published" not in {c["name"] for c in sa.inspect(conn).get_columns("ac_batches")}
+        conn.execute(
+            sa.text(
+                "INSERT INTO ac_batches (pipeline, table_name, connector, status, plan, planned_items, attempts, created_at) "
+                "VALUES ('p', 't', 'c', 'committed', '{\"items\": []}', 0, 1, 0)"
+            )
+        )
+    engine.dispose()
+    store = StateStore(store_url)  # opening migrates
+    with store.tx() as conn:
+        assert schema.current_version(conn) == schema.LATEST == 4
+        columns = {c["name"] for c in sa.inspect(conn).get_columns("ac_connectors")}
+        assert {
+            "new_data_signal",
+            "finished_signalled_for",
+            "finished_signal_run",
+            "stopped",
+        } <= columns
+        assert sa.inspect(conn).has_table("ac_specs")
+    assert store.unpublished_batches(REF) == []  # v1's committed batch counts as published
+    assert StateStore(store_url).load_batch(1).published
+    store.close()
+
+
+def test_concurrent_openers_of_a_fresh_store_all_succeed(store_url: str) -> None:
+    # Mapped Airflow tasks may all open a store that does not exist yet.
+    from concurrent.futures import ThreadPoolExecutor
+
+    def open_store(_: int) -> int:
+        st = StateStore(store_url)
+        try:
+            with st.tx() as conn:
+                return schema.current_version(conn)
+        finally:
+            st.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(open_store, range(4))) == [schema.LATEST] * 4
+
+
+def test_new_data_signal_fires_once_per_fingerprint(store_url: str) -> None:
+    store = StateStore(store_url)
+    assert store.signal_new_data(REF, "a")
+    assert not store.signal_new_data(REF, "a")  # a restarted trigger, same data
+    assert store.signal_new_data(REF, "b")
+    store.close()
+
+
+def test_finished_signal_is_claimed_once_per_finishing(store_url: str) -> None:
+    store = StateStore(store_url)
+    store.ensure_connector(REF)
+    assert not store.claim_finished_signal(REF, "run-1")  # not finished yet
+    store.set_end_of_input(REF, True)
+    assert store.claim_finished_signal(REF, "run-1")
+    assert store.claim_finished_signal(REF, "run-1")  # a retry of the same task
+    assert not store.claim_finished_signal(REF, "run-2")
+    store.set_end_of_input(REF, False)  # new input arrived...
+    assert not store.claim_finished_signal(REF, "run-3")
+    store.set_end_of_input(REF, True)  # ...and finished again
+    assert store.claim_finished_signal(REF, "run-3")
+    store.close()
+
+
+def test_catalog_registers_only_changes_and_forgets_removed_connectors(store_url: str) -> None:
+    store = StateStore(store_url)
+    spec = {"table": {"name": "t"}, "connector": {"name": "c"}}
+    assert store.register_specs("p", {("t", "c"): spec, ("t", "d"): spec}) == 2
+    assert store.register_specs("p", {("t", "c"): spec, ("t", "d"): spec}) == 0  # unchanged
+    changed = {**spec, "connector": {"name": "c", "paused": True}}
+    assert store.register_specs("p", {("t", "c"): changed}) == 2  # c updated, d removed
+    assert store.catalog("p") == {REF: changed}
+    store.close()
+
+
+def test_offsets_change_only_while_stopped(store_url: str) -> None:
+    from airflow_connectors.state.store import ConnectorNotStopped
+
+    store = StateStore(store_url)
+    [b] = store.plan_batches(REF, [plan("a", "b")])
+    store.commit_batch(b, "x", [receipt("a"), receipt("b")], [])
+    store.set_end_of_input(REF, True)
+    assert [o["key"] for o in store.offsets(REF)] == ["a", "b"]
+    try:
+        store.edit_offsets(REF, None)
+        raise AssertionError("offsets changed on a running connector")
+    except ConnectorNotStopped as e:
+        assert "stop it first" in str(e)
+    store.set_stopped(REF, True)
+    store.edit_offsets(
+        REF, [{"key": "a", "offset": None}, {"key": "z", "offset": 7, "completed": True}]
+    )
+    assert [(o["key"], o["offset"], o["completed"]) for o in store.offsets(REF)] == [
+        ("b", 10, True),
+        ("z", 7, True),
+    ]
+    st = store.status(REF)
+    assert st is not None and st.stopped and not st.end_of_input
+    store.edit_offsets(REF, None)
+    assert store.offsets(REF) == []
+    store.close()
