@@ -1,0 +1,363 @@
+"""The tasks of a connector DAG: ``gate -> discover -> ingest[n] -> finalize -> finished``.
+
+Each is a thin shell over the engine: the gate asks the state store whether the connector
+may run, discover plans batches (no Spark), ingest spark-submits one planned batch,
+finalize recomputes end of input, finished emits the connector's asset event once per
+finishing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import (
+    AirflowFailException,
+    AirflowNotFoundException,
+    AirflowSkipException,
+)
+
+from airflow_connectors.airflow.hooks.spark import (
+    DEFAULT_CONN_ID,
+    connection_exists,
+    spark_submit_binary,
+)
+from airflow_connectors.settings import Settings
+from airflow_connectors.spec.models import ConnectorSpec, TableSpec
+from airflow_connectors.state.store import ConnectorRef, StateStore
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset, Context
+
+    from airflow_connectors.engine.context import BatchContext
+
+#: The file spark-submit runs for one batch.
+INGEST_APPLICATION = str(
+    Path(__file__).resolve().parents[2] / "engine" / "submit" / "ingest_batch.py"
+)
+
+
+@contextmanager
+def state_store(settings: Settings) -> Iterator[StateStore]:
+    store = StateStore(settings.state_store_url)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+class _ConnectorOperator(BaseOperator):
+    """A task of one connector. ``transport_config`` and ``format_config`` are templated
+    with the run's context (``{{ ds }}``...), so each run can read its own slice."""
+
+    template_fields: Sequence[str] = ("transport_config", "format_config")
+    template_fields_renderers: ClassVar[dict[str, str]] = {
+        "transport_config": "json",
+        "format_config": "json",
+    }
+
+    def __init__(
+        self, *, pipeline: str, table: dict[str, Any], connector: dict[str, Any], **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.table = table
+        self.connector = connector
+        self.transport_config = dict(connector["transport"]["config"])
+        fmt = connector.get("format")
+        self.format_config = dict(fmt["config"]) if fmt else None
+
+    @property
+    def ref(self) -> ConnectorRef:
+        return ConnectorRef(self.pipeline, self.table["name"], self.connector["name"])
+
+    @property
+    def templated(self) -> bool:
+        """Whether the configs as written contain Jinja (each run renders its slice)."""
+        written = [self.connector["transport"]["config"], (self.connector.get("format") or {})]
+        return "{{" in json.dumps(written) or "{%" in json.dumps(written)
+
+    def batch_context(self, settings: Settings) -> BatchContext:
+        """The connector with its configs as rendered for this run, re-validated."""
+        from pydantic import ValidationError
+
+        from airflow_connectors.engine.context import BatchContext
+        from airflow_connectors.formats import FORMATS
+        from airflow_connectors.transports import TRANSPORTS
+
+        doc = dict(self.connector)
+        problems: list[str] = []
+        transport = doc["transport"]
+        try:
+            tconfig = TRANSPORTS.get(transport["name"]).Config.model_validate(self.transport_config)
+            doc["transport"] = {**transport, "config": tconfig.model_dump(mode="json")}
+        except ValidationError as e:
+            problems.append(_problems("transport.config", e))
+        if doc.get("format") and self.format_config is not None:
+            try:
+                fconfig = FORMATS.get(doc["format"]["name"]).Config.model_validate(
+                    self.format_config
+                )
+                doc["format"] = {**doc["format"], "config": fconfig.model_dump(mode="json")}
+            except ValidationError as e:
+                problems.append(_problems("format.config", e))
+        if problems:
+            raise AirflowFailException(
+                f"connector {self.ref}: its config is not valid once templated for this run: "
+                + "; ".join(problems)
+                + ". Fix the template in the pipeline spec."
+            )
+        return BatchContext(
+            self.pipeline,
+            TableSpec.model_validate(self.table),
+            ConnectorSpec.model_validate(doc),
+            settings.warehouse,
+        )
+
+
+def _problems(where: str, e: Any) -> str:
+    return ", ".join(
+        f"{where}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
+    )
+
+
+class ConnectorGateOperator(BaseOperator):
+    """Skips the run (never blocks) when the pipeline is paused or ``start_after`` is not
+    satisfied: every connector carrying one of the labels must be finished."""
+
+    ui_color = "#e8f0fe"
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        endpoint: str,
+        start_after: Sequence[str] = (),
+        waits_for: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.endpoint = endpoint
+        self.start_after = list(start_after)
+        self.waits_for = list(waits_for)
+
+    def execute(self, context: Context) -> None:
+        from airflow_connectors.engine.runner import unfinished
+
+        settings = Settings.load()
+        name = f"{self.pipeline}.{self.endpoint}"
+        with state_store(settings) as store:
+            if store.pipeline_paused(self.pipeline):
+                raise AirflowSkipException(
+                    f"pipeline {self.pipeline} is paused, so connector {name} does not run; "
+                    f"resume it with `airflow-connectors pipeline {self.pipeline} resume`"
+                )
+            blocking = unfinished(store, self.pipeline, self.waits_for)
+        if blocking:
+            raise AirflowSkipException(
+                f"connector {name} waits (start_after {', '.join(self.start_after)}) for "
+                f"{', '.join(blocking)} to finish: end of input with nothing in flight"
+            )
+        self.log.info("connector %s may run: pipeline running, start_after satisfied", name)
+
+
+class ConnectorDiscoverOperator(_ConnectorOperator):
+    """Lists new work after the committed offsets under the connector's lease, persists
+    at most ``tasks_max`` batch plans and returns their ids (empty: nothing to do)."""
+
+    ui_color = "#fef7e0"
+
+    def execute(self, context: Context) -> list[int]:
+        from airflow_connectors.engine.discovery import LeaseBusy, discover
+
+        settings = Settings.load()
+        ctx = self.batch_context(settings)
+        with state_store(settings) as store:
+            try:
+                found = discover(
+                    store,
+                    ctx,
+                    owner=f"airflow:{context['run_id']}",
+                    own_slice_only=self.templated,
+                )
+            except LeaseBusy as e:
+                raise RuntimeError(str(e)) from e  # retried by the task's retries
+        if found.batch_ids:
+            self.log.info(
+                "connector %s: %d batch(es) to ingest: %s (%d new work item(s))",
+                ctx.ref,
+                len(found.batch_ids),
+                found.batch_ids,
+                found.new_items,
+            )
+        else:
+            self.log.info(
+                "connector %s: nothing new%s; no Spark job will start",
+                ctx.ref,
+                " (end of input)" if found.end_of_input else "",
+            )
+        return found.batch_ids
+
+
+class ConnectorIngestOperator(SparkSubmitOperator):
+    """spark-submit of one planned batch (the package's ingest job). Idempotent: a
+    committed batch is a no-op, a crashed one re-runs its plan.
+
+    ``conn_id`` defaults to ``connectors_spark``; while no such connection exists the job
+    runs on ``[connectors] spark_master`` (``local[*]``), never on ``yarn``.
+    """
+
+    ui_color = "#fce8e6"
+
+    def __init__(
+        self,
+        *,
+        batch_id: int,
+        pipeline: str,
+        endpoint: str,
+        conn_id: str = DEFAULT_CONN_ID,
+        conf: dict[str, Any] | None = None,
+        env_vars: dict[str, Any] | None = None,
+        spark_binary: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            application=INGEST_APPLICATION,
+            application_args=["--batch-id", str(batch_id)],
+            conn_id=conn_id,
+            name=f"{pipeline}.{endpoint}.batch-{batch_id}",
+            conf={"spark.ui.enabled": "false", "spark.log.level": "WARN", **(conf or {})},
+            # Driver and Python workers must import airflow_connectors: this interpreter.
+            env_vars={
+                "PYSPARK_PYTHON": sys.executable,
+                "PYSPARK_DRIVER_PYTHON": sys.executable,
+                **(env_vars or {}),
+            },
+            spark_binary=spark_binary or spark_submit_binary(),
+            **kwargs,
+        )
+        self.batch_id = batch_id
+        self.pipeline = pipeline
+        self.endpoint = endpoint
+
+    def execute(self, context: Context) -> None:
+        settings = Settings.load()
+        # The job finds the batch plan in the state store; the URL travels in the
+        # environment so credentials never appear on the logged command line.
+        self.env_vars = {
+            **(self.env_vars or {}),
+            "AIRFLOW__CONNECTORS__STATE_STORE_URL": settings.state_store_url,
+        }
+        self.log.info(
+            "connector %s.%s: ingesting batch %d", self.pipeline, self.endpoint, self.batch_id
+        )
+        super().execute(context)
+        with state_store(settings) as store:
+            batch = store.load_batch(self.batch_id)
+        self.log.info(
+            "connector %s.%s: batch %d %s: %s records",
+            self.pipeline,
+            self.endpoint,
+            self.batch_id,
+            batch.status,
+            batch.records,
+        )
+
+    def _get_hook(self) -> Any:
+        missing = not connection_exists(self._conn_id)
+        if missing and self._conn_id != DEFAULT_CONN_ID:
+            raise AirflowNotFoundException(
+                f"connector {self.pipeline}.{self.endpoint}: Spark connection {self._conn_id!r} "
+                "does not exist; create it (type spark, host = the master URL such as "
+                f"spark://host:7077) or drop conn_id to run on local Spark"
+            )
+        hook = super()._get_hook()
+        if missing:
+            # The stock hook falls back to `yarn` for a missing connection; ours is local.
+            hook._connection["master"] = Settings.load().spark_master
+            self.log.info(
+                "no connection %r: running on %s ([connectors] spark_master)",
+                self._conn_id,
+                hook._connection["master"],
+            )
+        if str(hook._connection["master"]).startswith("local"):
+            # Local Spark talks to itself only: bind the driver to loopback.
+            for key in ("spark.driver.host", "spark.driver.bindAddress"):
+                hook._conf.setdefault(key, "127.0.0.1")
+            hook._env_vars = {**(hook._env_vars or {}), "SPARK_LOCAL_IP": "127.0.0.1"}
+        return hook
+
+
+class ConnectorFinalizeOperator(_ConnectorOperator):
+    """Recomputes end of input once the run's batches are in; logs the metrics."""
+
+    ui_color = "#e6f4ea"
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_connectors.engine.discovery import finalize
+
+        settings = Settings.load()
+        ctx = self.batch_context(settings)
+        with state_store(settings) as store:
+            finished = finalize(store, ctx)
+            st = store.status(ctx.ref)
+        assert st is not None
+        metrics = _metrics(st)
+        self.log.info(
+            "connector %s: %s; %s",
+            ctx.ref,
+            "finished" if finished else "not finished",
+            json.dumps(metrics),
+        )
+        return {"finished": finished, "metrics": metrics}
+
+
+class ConnectorFinishedOperator(BaseOperator):
+    """Emits the connector's asset event, with its metrics in ``extra``, the first time
+    it is finished (end of input and nothing planned-but-uncommitted); skipped otherwise.
+    Connectors that ``start_after`` one of its labels are scheduled on this asset."""
+
+    ui_color = "#e6f4ea"
+
+    def __init__(self, *, pipeline: str, endpoint: str, asset: Asset, **kwargs: Any) -> None:
+        super().__init__(outlets=[asset], **kwargs)
+        self.pipeline = pipeline
+        self.endpoint = endpoint
+        self.asset = asset
+
+    def execute(self, context: Context) -> None:
+        table, _, connector = self.endpoint.partition(".")
+        ref = ConnectorRef(self.pipeline, table, connector)
+        with state_store(Settings.load()) as store:
+            claimed = store.claim_finished_signal(ref, context["run_id"])
+            st = store.status(ref)
+        if st is None or not st.finished:
+            raise AirflowSkipException(
+                f"connector {ref} is not finished (end_of_input="
+                f"{st.end_of_input if st else False}, buffered_records="
+                f"{st.buffered_records if st else 0}); no asset event"
+            )
+        if not claimed:
+            raise AirflowSkipException(
+                f"connector {ref} finished earlier and its asset event was already emitted"
+            )
+        context["outlet_events"][self.asset].extra.update(_metrics(st))
+        self.log.info("connector %s finished: asset event on %s", ref, self.asset.uri)
+
+
+def _metrics(st: Any) -> dict[str, Any]:
+    return {
+        "total_records": st.total_records,
+        "total_bytes": st.total_bytes,
+        "buffered_records": st.buffered_records,
+        "num_parse_errors": st.num_parse_errors,
+        "num_transport_errors": st.num_transport_errors,
+        "end_of_input": st.end_of_input,
+    }

@@ -1,0 +1,25 @@
+"""The provider's Airflow plugin (entry point ``airflow.plugins``): mounts the
+connector management REST API in the API server at ``/connect`` and adds the
+"Connectors" page to the Airflow UI's navigation."""
+
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+
+from airflow_connectors.airflow.api.connect import create_app
+
+
+class AirflowConnectorsPlugin(AirflowPlugin):
+    name = "airflow_connectors"
+    fastapi_apps = [  # noqa: RUF012 - Airflow's plugin attribute
+        {"app": create_app(), "url_prefix": "/connect", "name": "Connectors API"},
+    ]
+    external_views = [  # noqa: RUF012 - Airflow's plugin attribute
+        {
+            "name": "Connectors",
+            "href": "/connect/ui",
+            "url_route": "connectors",
+            "destination": "nav",
+            "category": "browse",
+        }
+    ]

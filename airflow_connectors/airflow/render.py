@@ -1,0 +1,313 @@
+"""Render a parsed pipeline into one Airflow DAG per connector (parse, then render).
+
+A DAG file::
+
+    from airflow_connectors.airflow import ConnectorPipeline
+
+    ConnectorPipeline.from_file("../pipelines/shop.yaml").dags()
+
+Each connector becomes the DAG ``<pipeline>.<table>.<connector>``::
+
+    gate >> discover >> ingest[batch...] >> finalize >> finished
+
+Rendering reads the spec file and nothing else: no Spark, no state store, no network.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import json
+import logging
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import (
+    DAG,
+    Asset,
+    AssetAll,
+    AssetAny,
+    AssetOrTimeSchedule,
+    AssetWatcher,
+    CronTriggerTimetable,
+)
+
+from airflow_connectors.airflow.hooks.spark import DEFAULT_CONN_ID
+from airflow_connectors.spec import PipelineSpec, load_pipeline
+from airflow_connectors.spec.models import CRON_PRESETS, ConnectorSpec, TableSpec
+
+log = logging.getLogger(__name__)
+
+#: The first logical date of connector DAGs (schedules and backfills) unless the
+#: connector's ``trigger.start_date`` or ``ConnectorPipeline(start_date=...)`` says else.
+DEFAULT_START_DATE = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+_SECRET = re.compile(r"pass(word)?|secret|token|(api|access|private)_?key|credential", re.I)
+
+
+def connector_asset(pipeline: str, table: str, connector: str) -> Asset:
+    """The asset a connector emits an event on each time it finishes."""
+    return Asset(
+        name=f"{pipeline}.{table}.{connector}", uri=f"connector://{pipeline}/{table}/{connector}"
+    )
+
+
+def caller_dir() -> Path:
+    """The folder of the first caller outside this package and Airflow (the DAG file)."""
+    import airflow
+
+    skip = [Path(__file__).resolve().parent, *(Path(p).resolve() for p in airflow.__path__)]
+    for frame in inspect.stack()[1:]:
+        path = Path(frame.filename).resolve()
+        if path.is_file() and not any(d == path.parent or d in path.parents for d in skip):
+            return path.parent
+    return Path.cwd()
+
+
+class ConnectorPipeline:
+    """A pipeline spec rendered as connector DAGs.
+
+    :param spec: the parsed pipeline.
+    :param conn_id: Spark connection of the ingest tasks (default ``connectors_spark``;
+        when it does not exist, ``[connectors] spark_master``, i.e. ``local[*]``).
+    :param spark_conf: extra ``--conf`` of every spark-submit.
+    :param default_args: Airflow ``default_args`` of every task.
+    :param start_date: first logical date of every connector DAG.
+    :param dag_kwargs: further ``DAG(...)`` arguments (``max_active_runs``...).
+    """
+
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        *,
+        conn_id: str = DEFAULT_CONN_ID,
+        spark_conf: Mapping[str, str] | None = None,
+        default_args: Mapping[str, Any] | None = None,
+        start_date: dt.datetime | None = None,
+        dag_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.conn_id = conn_id
+        self.spark_conf = dict(spark_conf or {})
+        self.default_args = dict(default_args or {})
+        self.start_date = start_date
+        self.dag_kwargs = dict(dag_kwargs or {})
+        self._dags: dict[str, DAG] | None = None
+
+    @classmethod
+    def from_file(
+        cls, path: str | Path, *, pipeline: str | None = None, **kwargs: Any
+    ) -> ConnectorPipeline:
+        """Load a ``.yaml``/``.json``/``.sql`` spec; a relative path is taken from the
+        folder of the calling DAG file."""
+        p = Path(path)
+        if not p.is_absolute():
+            p = caller_dir() / p
+        return cls(load_pipeline(p, pipeline=pipeline), **kwargs)
+
+    def dags(self) -> dict[str, DAG]:
+        """``dag_id -> DAG``, one per connector; built once."""
+        if self._dags is None:
+            t0 = time.perf_counter()
+            self._dags = {}
+            for table, connector in self.spec.connectors():
+                dag = self._render(table, connector)
+                self._dags[dag.dag_id] = dag
+            self._register()
+            log.info(
+                "pipeline %s: rendered %d connector DAG(s) in %.0f ms",
+                self.spec.name,
+                len(self._dags),
+                (time.perf_counter() - t0) * 1000,
+            )
+        return self._dags
+
+    def _register(self) -> None:
+        """Record the connectors in the state store's catalog, so the REST API and CLI
+        know connectors that never ran. A store that cannot be reached costs a warning,
+        never the DAGs."""
+        from airflow_connectors.settings import Settings
+        from airflow_connectors.state.store import StateStore
+
+        entries = {
+            (t.name, c.name): {
+                "table": t.model_dump(mode="json", exclude={"connectors"}),
+                "connector": c.model_dump(mode="json"),
+            }
+            for t, c in self.spec.connectors()
+        }
+        try:
+            store = StateStore(Settings.load().state_store_url)
+            try:
+                store.register_specs(self.spec.name, entries)
+            finally:
+                store.close()
+        except Exception as e:  # the DAGs must render whatever the store says
+            log.warning(
+                "pipeline %s: could not record its connectors in the state store (%s); "
+                "the REST API lists them once they run",
+                self.spec.name,
+                e,
+            )
+
+    # --- one connector --------------------------------------------------------------
+
+    def _render(self, table: TableSpec, connector: ConnectorSpec) -> DAG:
+        from airflow_connectors.airflow.operators.connector import (
+            ConnectorDiscoverOperator,
+            ConnectorFinalizeOperator,
+            ConnectorFinishedOperator,
+            ConnectorGateOperator,
+            ConnectorIngestOperator,
+        )
+
+        p = self.spec.name
+        endpoint = f"{table.name}.{connector.name}"
+        asset = connector_asset(p, table.name, connector.name)
+        table_doc = table.model_dump(mode="json", exclude={"connectors"})
+        connector_doc = connector.model_dump(mode="json")
+        waits_for = self._carriers(connector)
+        trigger = connector.trigger
+        start = (
+            dt.datetime.combine(trigger.start_date, dt.time(), tzinfo=dt.UTC)
+            if trigger and trigger.start_date
+            else self.start_date or DEFAULT_START_DATE
+        )
+        dag_args: dict[str, Any] = {
+            "dag_id": f"{p}.{endpoint}",
+            "schedule": self._schedule(table, connector, waits_for),
+            "start_date": start,
+            "catchup": False,
+            # Runs of one connector go one at a time: each plans after the last committed.
+            "max_active_runs": 1,
+            "is_paused_upon_creation": connector.paused,
+            "tags": [f"pipeline:{p}", f"table:{table.name}"]
+            + [f"label:{label}" for label in connector.labels],
+            "doc_md": self._doc(table, connector, waits_for),
+            "default_args": self.default_args,
+            **self.dag_kwargs,
+        }
+        common: dict[str, Any] = {"pipeline": p, "table": table_doc, "connector": connector_doc}
+        with DAG(**dag_args) as dag:
+            gate = ConnectorGateOperator(
+                task_id="gate",
+                pipeline=p,
+                endpoint=endpoint,
+                start_after=connector.start_after or (),
+                waits_for=[f"{t}.{c}" for t, c in waits_for],
+            )
+            discover = ConnectorDiscoverOperator(
+                task_id="discover",
+                retries=max(self.default_args.get("retries", 0), 3),
+                retry_delay=dt.timedelta(seconds=20),
+                **common,
+            )
+            ingest = ConnectorIngestOperator.partial(
+                task_id="ingest",
+                pipeline=p,
+                endpoint=endpoint,
+                conn_id=self.conn_id,
+                conf=self.spark_conf,
+                map_index_template="batch {{ task.batch_id }}",
+                max_active_tis_per_dagrun=connector.tasks_max,
+            ).expand(batch_id=discover.output)
+            finalize = ConnectorFinalizeOperator(
+                task_id="finalize", trigger_rule="none_failed_min_one_success", **common
+            )
+            finished = ConnectorFinishedOperator(
+                task_id="finished", pipeline=p, endpoint=endpoint, asset=asset
+            )
+            gate >> discover >> ingest >> finalize >> finished
+            discover >> finalize  # finalize runs when discover found nothing (no ingest)
+        return dag
+
+    def _carriers(self, connector: ConnectorSpec) -> list[tuple[str, str]]:
+        from airflow_connectors.engine.runner import label_carriers
+
+        carriers = label_carriers(self.spec, connector.start_after or ())
+        return [(e.partition(".")[0], e.partition(".")[2]) for e in carriers]
+
+    def _schedule(
+        self, table: TableSpec, connector: ConnectorSpec, waits_for: list[tuple[str, str]]
+    ) -> Any:
+        p = self.spec.name
+        trigger = connector.trigger
+        condition: Any = None
+        if waits_for:
+            condition = AssetAll(*(connector_asset(p, t, c) for t, c in waits_for))
+        if trigger and trigger.on == "new_data":
+            if "{{" in json.dumps(connector.transport.config):
+                raise ValueError(
+                    f"connector {p}.{table.name}.{connector.name}: trigger on: new_data needs a "
+                    "transport config without templates ({{ ... }}): the trigger polls outside "
+                    "any DAG run; use a schedule for templated (date-sliced) configs"
+                )
+            from airflow_connectors.airflow.triggers.new_data import ConnectorNewDataTrigger
+
+            watched = Asset(
+                name=f"{p}.{table.name}.{connector.name}.new_data",
+                uri=f"connector-new-data://{p}/{table.name}/{connector.name}",
+                watchers=[
+                    AssetWatcher(
+                        name=f"{p}.{table.name}.{connector.name}.new_data",
+                        trigger=ConnectorNewDataTrigger(
+                            pipeline=p,
+                            table=table.model_dump(mode="json", exclude={"connectors"}),
+                            connector=connector.model_dump(mode="json"),
+                            poll_interval=trigger.poll_seconds,
+                        ),
+                    )
+                ],
+            )
+            condition = watched if condition is None else AssetAny(condition, watched)
+        cron = (
+            CronTriggerTimetable(
+                CRON_PRESETS.get(trigger.schedule, trigger.schedule), timezone="UTC"
+            )
+            if trigger and trigger.schedule
+            else None
+        )
+        if cron is not None and condition is not None:
+            return AssetOrTimeSchedule(timetable=cron, assets=condition)
+        return cron if cron is not None else condition
+
+    def _doc(
+        self, table: TableSpec, connector: ConnectorSpec, waits_for: list[tuple[str, str]]
+    ) -> str:
+        config = _mask(connector.model_dump(mode="json", exclude_defaults=True))
+        lines = [
+            f"### Connector `{connector.name}` of table `{table.name}` (pipeline `{self.spec.name}`)",
+            "",
+            f"Columns: {', '.join(str(c) for c in table.columns)}.",
+            "",
+            "Pause this DAG to pause the connector. Tasks: `gate` (skips while the pipeline "
+            "is paused or start_after is not satisfied), `discover` (plans at most "
+            f"{connector.tasks_max} batch(es)), `ingest` (spark-submit per batch), `finalize`, "
+            "`finished` (asset event once the connector finishes).",
+        ]
+        if waits_for:
+            lines += ["", "Starts after: " + ", ".join(f"`{t}.{c}`" for t, c in waits_for) + "."]
+        lines += ["", "```json", json.dumps(config, indent=2), "```"]
+        if self.spec.source:
+            lines += ["", f"Spec: `{self.spec.source}`"]
+        return "\n".join(lines)
+
+
+def render_dags(spec: PipelineSpec, **kwargs: Any) -> dict[str, DAG]:
+    """One DAG per connector of ``spec`` (see :class:`ConnectorPipeline`)."""
+    return ConnectorPipeline(spec, **kwargs).dags()
+
+
+def _mask(value: Any, key: str = "") -> Any:
+    if isinstance(value, dict):
+        return {k: _mask(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask(v, key) for v in value]
+    if key and _SECRET.search(key) and value not in (None, ""):
+        return "***"
+    if isinstance(value, str):
+        # user:password@ in URLs
+        return re.sub(r"(://[^:/@\s]+:)[^@/\s]+@", r"\1***@", value)
+    return value

@@ -1,0 +1,278 @@
+"""Embedded Airflow for the quickstart and the end-to-end tests: ``airflow standalone``
+(SQLite metadata DB, LocalExecutor, scheduler, triggerer, dag-processor, API server) on
+127.0.0.1, driven through its REST API.
+
+It starts Airflow as a subprocess and never imports it, so it works from any script.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+TERMINAL = ("success", "failed")
+
+# Connect arguments of the SQLite metadata DB (``[database] sql_alchemy_connect_args``
+# names this dict). Python's sqlite3 gives up on a locked database after 5 s; with the
+# scheduler, triggerer, dag-processor, API server and task processes all writing to one
+# file on a busy machine, a CLI call such as ``airflow backfill create`` can wait longer
+# than that and fail with "database is locked". Waiting up to a minute instead is what a
+# single-file metadata DB needs; production deployments use PostgreSQL.
+SQLITE_CONNECT_ARGS: dict[str, Any] = {"timeout": 60}
+_CONNECT_ARGS = f"{__name__}.SQLITE_CONNECT_ARGS"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class StandaloneAirflow:
+    """``airflow standalone`` in ``home`` with ``dags_folder``; user ``admin``."""
+
+    def __init__(
+        self,
+        home: Path,
+        dags_folder: Path,
+        *,
+        port: int | None = None,
+        password: str = "admin",
+        env: Mapping[str, str] | None = None,
+        log_file: Path | None = None,
+    ) -> None:
+        self.home = Path(home).resolve()
+        self.dags_folder = Path(dags_folder).resolve()
+        self.port = port or free_port()
+        self.password = password
+        self.log_file = log_file or self.home / "standalone.log"
+        self.url = f"http://127.0.0.1:{self.port}"
+        bin_dir = os.path.dirname(sys.executable)
+        self.env = {
+            **os.environ,
+            # standalone starts its components as `airflow ...`: this environment's.
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            # Pick up new and changed DAG files within seconds.
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            **(env or {}),
+        }
+        if self.uses_sqlite:
+            self.env.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS", _CONNECT_ARGS)
+            self.env.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC", _CONNECT_ARGS)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._client: httpx.Client | None = None
+
+    @property
+    def uses_sqlite(self) -> bool:
+        """Whether the metadata DB is Airflow's default SQLite file (no other DB set)."""
+        conn = self.env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "")
+        return conn == "" or conn.startswith("sqlite")
+
+    # --- process ---------------------------------------------------------------
+
+    def start(self, timeout: float = 180) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        # Pin the admin password instead of a generated one.
+        (self.home / "simple_auth_manager_passwords.json.generated").write_text(
+            json.dumps({"admin": self.password})
+        )
+        self._log = open(self.log_file, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "airflow", "standalone"],
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # stop() signals the whole group
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"airflow standalone exited ({self.proc.returncode}); see {self.log_file}"
+                )
+            if self._healthy():
+                return
+            time.sleep(1)
+        self.stop()
+        raise TimeoutError(
+            f"airflow standalone not healthy in {timeout:.0f} s; see {self.log_file}"
+        )
+
+    def _healthy(self) -> bool:
+        try:
+            health = httpx.get(f"{self.url}/api/v2/monitor/health", timeout=5).json()
+        except (httpx.HTTPError, ValueError):
+            return False
+        return all(
+            health.get(part, {}).get("status") == "healthy"
+            for part in ("metadatabase", "scheduler", "triggerer", "dag_processor")
+        )
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):  # workers, Spark jobs of the group
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> StandaloneAirflow:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """``airflow ARGS`` against this instance."""
+        return subprocess.run(
+            [sys.executable, "-m", "airflow", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    # --- REST ---------------------------------------------------------------------
+
+    @property
+    def client(self) -> httpx.Client:
+        if self._client is None:
+            client = httpx.Client(base_url=self.url, timeout=30)
+            token = client.post(
+                "/auth/token", json={"username": "admin", "password": self.password}
+            )
+            token.raise_for_status()
+            client.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+            self._client = client
+        return self._client
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        resp = self.client.request(method, path, **kwargs)
+        if resp.status_code >= 400:
+            raise RuntimeError(f"{method} {path}: HTTP {resp.status_code}: {resp.text[:500]}")
+        return resp.json()
+
+    def wait_for_dags(self, dag_ids: Iterable[str], timeout: float = 120) -> None:
+        wanted = set(dag_ids)
+        deadline = time.monotonic() + timeout
+        while True:
+            have = {
+                d["dag_id"]
+                for d in self._json("GET", "/api/v2/dags", params={"limit": 1000})["dags"]
+            }
+            if wanted <= have:
+                return
+            if time.monotonic() > deadline:
+                errors = self._json("GET", "/api/v2/importErrors").get("import_errors", [])
+                raise TimeoutError(
+                    f"DAGs {sorted(wanted - have)} not parsed in {timeout:.0f} s; import errors: {errors}"
+                )
+            time.sleep(2)
+
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        self._json("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": paused})
+
+    def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
+        run = self._json(
+            "POST",
+            f"/api/v2/dags/{dag_id}/dagRuns",
+            json={"logical_date": None, "conf": dict(conf or {})},
+        )
+        return str(run["dag_run_id"])
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        runs = self._json(
+            "GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"limit": 100, "order_by": "run_after"}
+        )["dag_runs"]
+        return list(runs)
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        return list(
+            self._json("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")[
+                "task_instances"
+            ]
+        )
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 300) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self._json("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+            if run["state"] in TERMINAL:
+                return dict(run)
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"run {run_id} of {dag_id} still {run['state']} after {timeout:.0f} s"
+                )
+            time.sleep(2)
+
+    def wait_runs(
+        self, dag_id: str, count: int, timeout: float = 300, run_type: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Wait until ``dag_id`` has at least ``count`` finished runs (of ``run_type``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            runs = [r for r in self.runs(dag_id) if run_type is None or r["run_type"] == run_type]
+            done = [r for r in runs if r["state"] in TERMINAL]
+            if len(done) >= count and len(done) == len(runs):
+                return runs
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{dag_id}: {len(done)} of {count} runs finished after {timeout:.0f} s: "
+                    f"{[(r['run_type'], r['state']) for r in runs]}"
+                )
+            time.sleep(2)
+
+    def wait_backfills(self, dag_id: str, timeout: float = 300) -> list[dict[str, Any]]:
+        """Wait until every backfill of ``dag_id`` completed and its runs finished."""
+        deadline = time.monotonic() + timeout
+        while True:
+            backfills = self._json("GET", "/api/v2/backfills", params={"dag_id": dag_id})[
+                "backfills"
+            ]
+            runs = [r for r in self.runs(dag_id) if r["run_type"] == "backfill"]
+            if (
+                backfills
+                and all(b.get("completed_at") for b in backfills)
+                and all(r["state"] in TERMINAL for r in runs)
+            ):
+                return list(backfills)
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{dag_id}: backfills not complete after {timeout:.0f} s: {backfills}; "
+                    f"runs {[(r['logical_date'], r['state']) for r in runs]}"
+                )
+            time.sleep(2)

@@ -1,0 +1,117 @@
+"""Triggers that poll a connector's source for data discovery would find.
+
+``ConnectorNewDataTrigger`` is an event trigger for an ``AssetWatcher``: a connector with
+``trigger: {on: new_data}`` is scheduled on an asset it watches. It fires once per new
+set of data: the digest of what discovery would find is recorded in the state store
+before the event, so the triggerer's restart of the trigger after each event (and a
+second triggerer) does not fire again for the same data. ``ConnectorDataAvailableTrigger``
+is the deferral trigger of :class:`ConnectorNewDataSensor`: it fires whenever something
+is there to ingest.
+
+Triggers must be importable by the triggerer from the installed package, not from a DAG
+bundle, which is why they live here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
+
+from airflow_connectors.settings import Settings
+from airflow_connectors.state.store import ConnectorRef, StateStore
+
+
+def probe(
+    pipeline: str, table: dict[str, Any], connector: dict[str, Any], *, record: bool
+) -> str | None:
+    """The digest of what the connector's discovery would find now (None: nothing, or
+    the pipeline is paused). ``record``: also claim it, returning None when it was
+    claimed before."""
+    from airflow_connectors.engine.context import BatchContext
+    from airflow_connectors.engine.discovery import new_data_fingerprint
+    from airflow_connectors.spec.models import ConnectorSpec, TableSpec
+
+    settings = Settings.load()
+    store = StateStore(settings.state_store_url)
+    try:
+        if store.pipeline_paused(pipeline):
+            return None
+        ctx = BatchContext(
+            pipeline,
+            TableSpec.model_validate(table),
+            ConnectorSpec.model_validate(connector),
+            settings.warehouse,
+        )
+        fingerprint = new_data_fingerprint(store, ctx)
+        if fingerprint is None or (record and not store.signal_new_data(ctx.ref, fingerprint)):
+            return None
+        return fingerprint
+    finally:
+        store.close()
+
+
+class _Poll:
+    """Polls the connector's discovery every ``poll_interval`` seconds (in a thread)."""
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        table: dict[str, Any],
+        connector: dict[str, Any],
+        poll_interval: float = 30.0,
+    ) -> None:
+        super().__init__()
+        self.pipeline = pipeline
+        self.table = table
+        self.connector = connector
+        self.poll_interval = poll_interval
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        kwargs = {
+            "pipeline": self.pipeline,
+            "table": self.table,
+            "connector": self.connector,
+            "poll_interval": self.poll_interval,
+        }
+        return (f"{type(self).__module__}.{type(self).__qualname__}", kwargs)
+
+    @property
+    def ref(self) -> ConnectorRef:
+        return ConnectorRef(self.pipeline, self.table["name"], self.connector["name"])
+
+    async def _poll(self, *, record: bool) -> AsyncIterator[TriggerEvent]:
+        while True:
+            fingerprint = await asyncio.to_thread(
+                probe, self.pipeline, self.table, self.connector, record=record
+            )
+            if fingerprint is not None:
+                yield TriggerEvent(
+                    {
+                        "connector": str(self.ref),
+                        "endpoint": self.ref.endpoint_name,
+                        "data": fingerprint,
+                    }
+                )
+                return
+            await asyncio.sleep(self.poll_interval)
+
+
+class ConnectorNewDataTrigger(_Poll, BaseEventTrigger):
+    """Fires once each time new data appears for the connector (for ``AssetWatcher``)."""
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        async for event in self._poll(record=True):
+            self.log.info("connector %s has new data: firing", self.ref)
+            yield event
+
+
+class ConnectorDataAvailableTrigger(_Poll, BaseTrigger):
+    """Fires when the connector's discovery would find something (sensor deferral)."""
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        async for event in self._poll(record=False):
+            yield event

@@ -1,0 +1,505 @@
+"""The connector REST API (``/connect``) in a real ``airflow standalone`` API server with
+the provider's plugin loaded: Kafka Connect and Feldera shapes over the same truth (the
+DAG's paused flag, the pipeline flag, the state store)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow.dataset as ds
+import pytest
+import yaml
+from conftest import dag_file, start_standalone
+
+from airflow_connectors.airflow.standalone import StandaloneAirflow
+
+COLUMNS = {"id": "BIGINT NOT NULL"}
+
+
+class Api:
+    def __init__(self, airflow: StandaloneAirflow, root: Path) -> None:
+        self.airflow = airflow
+        self.root = root
+
+    def __call__(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return self.airflow.client.request(method, f"/connect{path}", **kwargs)
+
+    def rows(self, table: str) -> list[int]:
+        return self.rows_of("api", table)
+
+    def rows_of(self, pipeline: str, table: str) -> list[int]:
+        path = self.root / "warehouse" / pipeline / table
+        if not path.is_dir():
+            return []
+        return sorted(ds.dataset(str(path), format="parquet").to_table().column("id").to_pylist())
+
+    def dag_paused(self, dag_id: str) -> bool:
+        return bool(self.airflow.client.get(f"/api/v2/dags/{dag_id}").json()["is_paused"])
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    root = tmp_path_factory.mktemp("connect")
+    dags = root / "dags"
+    dags.mkdir()
+    (root / "src").mkdir()
+    (root / "src" / "a.json").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(3)))
+    (root / "flaky").mkdir()
+    (root / "flaky" / "good.json").write_text('{"id": 10}\n')
+    (root / "flaky" / "bad.json").write_text('{"id": "x"}\n')  # fixed later, same length
+    spec = {
+        "pipeline": "api",
+        "tables": {
+            "events": {
+                "columns": COLUMNS,
+                "connectors": [
+                    {
+                        "name": "files",
+                        "labels": ["events.loaded"],
+                        "transport": {"name": "file_input", "config": {"path": str(root / "src")}},
+                        "format": {"name": "json", "config": {"update_format": "raw"}},
+                    },
+                    {
+                        "name": "flaky",
+                        "tasks_max": 2,
+                        "transport": {
+                            "name": "file_input",
+                            "config": {"path": str(root / "flaky")},
+                        },
+                        "format": {"name": "json", "config": {"update_format": "raw"}},
+                    },
+                    {
+                        "name": "gen",
+                        "paused": True,
+                        "start_after": "events.loaded",
+                        "transport": {"name": "datagen", "config": {"plan": [{"limit": 2}]}},
+                    },
+                ],
+            }
+        },
+    }
+    (dags / "api.yaml").write_text(yaml.safe_dump(spec))
+    # Feldera's orchestration example: c1 created paused, c2 running.
+    numbers = [
+        {
+            "name": name,
+            "paused": paused,
+            "transport": {
+                "name": "datagen",
+                "config": {
+                    "seed": n,
+                    "plan": [{"limit": 3, "fields": {"id": {"range": [n * 10, n * 10 + 3]}}}],
+                },
+            },
+        }
+        for n, (name, paused) in enumerate([("c1", True), ("c2", False)], start=1)
+    ]
+    (dags / "numbers.sql").write_text(
+        f"CREATE TABLE numbers (id BIGINT NOT NULL) WITH ('connectors' = '{json.dumps(numbers)}');"
+    )
+    dag_file(dags, "numbers.sql")
+    dag_file(dags, "api.yaml")
+    airflow = start_standalone(
+        root,
+        dags,
+        [
+            "api.events.files",
+            "api.events.flaky",
+            "api.events.gen",
+            "numbers.numbers.c1",
+            "numbers.numbers.c2",
+        ],
+    )
+    try:
+        yield Api(airflow, root)
+    finally:
+        airflow.stop()
+
+
+def test_needs_airflow_authentication(api: Api) -> None:
+    anonymous = httpx.get(f"{api.airflow.url}/connect/connectors", timeout=30)
+    assert anonymous.status_code == 401
+    assert anonymous.json()["error_code"] == 401
+
+
+def test_errors_have_one_shape(api: Api) -> None:
+    unknown_route = api("GET", "/nowhere")
+    assert unknown_route.status_code == 404 and unknown_route.json()["error_code"] == 404
+    bad_body = api("PATCH", "/connectors/api.events.files/offsets", json={"offsets": "all"})
+    assert bad_body.status_code == 400
+    assert bad_body.json()["message"].startswith("invalid request: body.offsets")
+
+
+def test_lists_connectors_with_config_and_status(api: Api) -> None:
+    assert api("GET", "/connectors").json() == [
+        "api.events.files",
+        "api.events.flaky",
+        "api.events.gen",
+        "numbers.numbers.c1",
+        "numbers.numbers.c2",
+    ]
+    expanded = api("GET", "/connectors", params={"expand": ["status", "info"]}).json()
+    assert expanded["api.events.files"]["status"]["connector"]["state"] == "UNASSIGNED"
+    assert expanded["api.events.gen"]["status"]["connector"]["state"] == "PAUSED"
+    assert expanded["api.events.gen"]["info"]["config"]["paused"] is True
+    config = api("GET", "/connectors/api.events.files/config").json()
+    assert config["transport"]["name"] == "file_input"
+    info = api("GET", "/connectors/api.events.files").json()
+    assert info["name"] == "api.events.files" and info["type"] == "source"
+    assert info["config"] == config and info["tasks"] == []
+    assert api("GET", "/connectors/api.events.files/tasks").json() == []
+    missing = api("GET", "/connectors/api.events.nope/status")
+    assert missing.status_code == 404
+    assert missing.json()["error_code"] == 404
+    assert "Connector api.events.nope not found" in missing.json()["message"]
+
+
+def test_pause_and_resume_flip_the_dag(api: Api) -> None:
+    assert api("PUT", "/connectors/api.events.gen/resume").status_code == 202
+    assert api.dag_paused("api.events.gen") is False
+    assert api("PUT", "/connectors/api.events.gen/pause").status_code == 202
+    assert api.dag_paused("api.events.gen") is True
+    status = api("GET", "/connectors/api.events.gen/status").json()
+    assert status["connector"]["state"] == "PAUSED"
+
+
+def test_feldera_connector_and_pipeline_actions(api: Api) -> None:
+    base = "/v0/pipelines/api/tables/EVENTS/connectors/gen"  # unquoted: case-insensitive
+    assert api("POST", f"{base}/start").status_code == 200
+    assert api.dag_paused("api.events.gen") is False
+    assert api("POST", f"{base}/pause").status_code == 200
+    assert api.dag_paused("api.events.gen") is True
+    bad = api("POST", f"{base}/Start")  # actions are case-sensitive
+    assert bad.status_code == 400 and "unknown action 'Start'" in bad.json()["message"]
+    assert api("POST", '/v0/pipelines/api/tables/"EVENTS"/connectors/gen/start').status_code == 404
+    assert api("POST", "/v0/pipelines/nope/tables/events/connectors/gen/start").status_code == 404
+    assert api("POST", "/v0/pipelines/api/tables/events/connectors/nope/start").status_code == 404
+    stats = api("GET", f"{base}/stats").json()
+    assert stats["endpoint_name"] == "events.gen" and stats["paused"] is True
+
+    assert api("POST", "/v0/pipelines/api/pause").status_code == 200
+    assert api("GET", "/v0/pipelines/api/stats").json()["global_metrics"]["state"] == "Paused"
+    assert api("POST", "/v0/pipelines/api/resume").status_code == 200
+    pipeline = api("GET", "/v0/pipelines/api/stats").json()
+    assert pipeline["global_metrics"]["state"] == "Running"
+    assert [i["endpoint_name"] for i in pipeline["inputs"]] == [
+        "events.files",
+        "events.flaky",
+        "events.gen",
+    ]
+
+
+def test_offsets_edit_only_when_stopped_then_reread(api: Api) -> None:
+    af = api.airflow
+    run = af.wait_run("api.events.files", af.trigger("api.events.files"))
+    assert run["state"] == "success"
+    assert api.rows("events") == [0, 1, 2]
+    offsets = api("GET", "/connectors/api.events.files/offsets").json()["offsets"]
+    assert [o["completed"] for o in offsets] == [True]
+
+    running = api("DELETE", "/connectors/api.events.files/offsets")
+    assert running.status_code == 400 and "stop it first" in running.json()["message"]
+
+    assert api("PUT", "/connectors/api.events.files/stop").status_code == 204
+    assert (
+        api("GET", "/connectors/api.events.files/status").json()["connector"]["state"] == "STOPPED"
+    )
+    assert api("DELETE", "/connectors/api.events.files/offsets").status_code == 200
+    assert api("GET", "/connectors/api.events.files/offsets").json() == {"offsets": []}
+    assert api("PUT", "/connectors/api.events.files/resume").status_code == 202
+
+    again = af.wait_run("api.events.files", af.trigger("api.events.files"))
+    assert again["state"] == "success"
+    assert api.rows("events") == [0, 0, 1, 1, 2, 2]  # read again, as the reset asked
+    assert (
+        api("GET", "/connectors/api.events.files/status").json()["connector"]["state"] == "RUNNING"
+    )
+
+
+def test_failed_task_shows_trace_and_restarts_alone(api: Api) -> None:
+    af, name = api.airflow, "api.events.flaky"
+    run_id = af.trigger(name)
+    assert af.wait_run(name, run_id)["state"] == "failed"
+    status = api("GET", f"/connectors/{name}/status").json()
+    assert status["connector"]["state"] == "FAILED"
+    assert "record 1 of" in status["connector"]["trace"]
+    tasks = {t["id"]: t for t in status["tasks"]}
+    failed = [i for i, t in tasks.items() if t["state"] == "FAILED"]
+    assert len(tasks) == 2 and len(failed) == 1
+    assert "bad.json" in tasks[failed[0]]["trace"]
+    assert api("GET", f"/connectors/{name}/tasks/{failed[0]}/status").json()["state"] == "FAILED"
+    assert api("GET", f"/connectors/{name}/tasks/7/status").status_code == 404
+    tries = {
+        ti["map_index"]: ti["try_number"]
+        for ti in af.task_instances(name, run_id)
+        if ti["task_id"] == "ingest"
+    }
+
+    (api.root / "flaky" / "bad.json").write_text('{"id": 11 }\n')
+    restarted = api(
+        "POST", f"/connectors/{name}/restart", params={"onlyFailed": "true", "includeTasks": "true"}
+    )
+    assert restarted.status_code == 202
+    body = restarted.json()
+    assert body["connector"]["state"] == "RESTARTING"
+    assert [t["state"] for t in body["tasks"] if t["id"] == failed[0]] == ["RESTARTING"]
+
+    assert af.wait_run(name, run_id)["state"] == "success"
+    after = {
+        ti["map_index"]: ti["try_number"]
+        for ti in af.task_instances(name, run_id)
+        if ti["task_id"] == "ingest"
+    }
+    ok = next(i for i in tasks if i not in failed)
+    assert after[ok] == tries[ok] and after[failed[0]] == tries[failed[0]] + 1  # only it reran
+    assert api("GET", f"/connectors/{name}/status").json()["connector"]["state"] == "RUNNING"
+    assert api.rows("events")[-2:] == [10, 11] or {10, 11} <= set(api.rows("events"))
+
+    tasks = api("GET", f"/connectors/{name}/tasks").json()
+    assert sorted(t["id"]["task"] for t in tasks) == [0, 1]
+    assert api("POST", f"/connectors/{name}/tasks/{ok}/restart").status_code == 204
+    assert af.wait_run(name, run_id)["state"] == "success"
+    assert api("POST", f"/connectors/{name}/tasks/9/restart").status_code == 404
+    assert api("POST", f"/connectors/{name}/restart").status_code == 204  # a new run
+
+
+def test_connector_plugins_describe_and_validate_configs(api: Api) -> None:
+    plugins = api("GET", "/connector-plugins").json()
+    assert {"class": "file_input", "type": "source", "version": "0.1.0"} in plugins
+    assert {"class": "json", "type": "converter", "version": "0.1.0"} in plugins
+    definition = {d["name"]: d for d in api("GET", "/connector-plugins/file_input/config").json()}
+    assert definition["path"]["required"] is True and definition["path"]["type"] == "STRING"
+    assert definition["follow"] == {
+        "name": "follow",
+        "type": "BOOLEAN",
+        "required": False,
+        "default_value": False,
+        "documentation": definition["follow"]["documentation"],
+    }
+    result = api(
+        "PUT",
+        "/connector-plugins/file_input/config/validate",
+        json={"follow": "maybe", "colour": 1},
+    ).json()
+    assert result["name"] == "file_input" and result["error_count"] == 3
+    values = {c["value"]["name"]: c["value"] for c in result["configs"]}
+    assert values["path"]["errors"] == ["Field required"]
+    assert values["follow"]["errors"] and values["colour"]["errors"] == [
+        "Extra inputs are not permitted"
+    ]
+    assert api("GET", "/connector-plugins/nope/config").status_code == 404
+
+
+# Ten orders of pipeline and connector actions (as in Feldera's orchestration tests),
+# each from the state the spec creates: pipeline running, c1 paused, c2 running.
+ORDERS = [
+    ["pipeline:pause", "pipeline:resume"],
+    ["c1:start", "pipeline:pause", "c2:pause"],
+    ["pipeline:pause", "c1:start", "c2:start", "pipeline:resume"],
+    ["c2:pause", "c1:start", "c1:pause", "c2:start"],
+    ["pipeline:pause", "c2:pause", "pipeline:resume", "c2:start"],
+    ["c1:start", "c1:start", "c2:pause", "c2:pause"],
+    ["pipeline:pause", "pipeline:pause", "c1:start", "pipeline:resume"],
+    ["c1:start", "c2:pause", "pipeline:pause", "c1:pause", "pipeline:resume"],
+    ["c2:pause", "pipeline:pause", "c2:start", "c1:start"],
+    ["c1:start", "pipeline:pause", "pipeline:resume", "c2:pause", "c2:start", "c1:pause"],
+]
+
+
+def triple(api: Api) -> tuple[bool, bool, bool]:
+    stats = api("GET", "/v0/pipelines/numbers/stats").json()
+    paused = {i["endpoint_name"]: i["paused"] for i in stats["inputs"]}
+    return (
+        stats["global_metrics"]["state"] == "Paused",
+        paused["numbers.c1"],
+        paused["numbers.c2"],
+    )
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=[" ".join(o) for o in ORDERS])
+def test_feldera_orchestration_orders(api: Api, order: list[str]) -> None:
+    connectors = "/v0/pipelines/numbers/tables/numbers/connectors"
+    api("POST", "/v0/pipelines/numbers/resume")
+    api("POST", f"{connectors}/c1/pause")
+    api("POST", f"{connectors}/c2/start")
+    expected = {"pipeline": False, "c1": True, "c2": False}
+    assert triple(api) == (False, True, False)
+    for step in order:
+        target, action = step.split(":")
+        if target == "pipeline":
+            assert api("POST", f"/v0/pipelines/numbers/{action}").status_code == 200
+        else:
+            assert api("POST", f"{connectors}/{target}/{action}").status_code == 200
+        expected[target] = action == "pause"
+        assert triple(api) == (expected["pipeline"], expected["c1"], expected["c2"]), step
+
+
+def test_data_flows_only_when_pipeline_and_connector_run(api: Api) -> None:
+    af, connectors = api.airflow, "/v0/pipelines/numbers/tables/numbers/connectors"
+    api("POST", f"{connectors}/c2/start")
+    api("POST", "/v0/pipelines/numbers/pause")
+    held = af.wait_run("numbers.numbers.c2", af.trigger("numbers.numbers.c2"))
+    assert held["state"] == "success" and api.rows_of("numbers", "numbers") == []
+    api("POST", "/v0/pipelines/numbers/resume")
+    flowed = af.wait_run("numbers.numbers.c2", af.trigger("numbers.numbers.c2"))
+    assert flowed["state"] == "success"
+    assert api.rows_of("numbers", "numbers") == [20, 21, 22]  # c2 only: c1 stays paused
+
+
+def test_cli_steers_connectors_through_the_api(api: Api) -> None:
+    import subprocess
+    import sys
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "airflow_connectors.cli", *args, "--url", api.airflow.url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    paused = cli("connector", "numbers", "numbers", "c2", "pause")
+    assert paused.returncode == 0, paused.stderr
+    assert api.dag_paused("numbers.numbers.c2") is True
+    assert cli("connector", "numbers", "numbers", "c2", "start").returncode == 0
+    assert api.dag_paused("numbers.numbers.c2") is False
+    stats = json.loads(cli("connector", "numbers", "numbers", "c2", "stats").stdout)
+    assert stats["endpoint_name"] == "numbers.c2"
+
+    assert cli("pipeline", "numbers", "pause").stdout.startswith("pipeline numbers: PAUSED")
+    status = json.loads(cli("pipeline", "numbers", "resume", "--json").stdout)
+    assert status["state"] == "RUNNING"
+    assert [c["endpoint_name"] for c in status["connectors"]] == ["numbers.c1", "numbers.c2"]
+
+    missing = cli("connector", "numbers", "numbers", "nope", "pause")
+    assert missing.returncode == 1 and "has no connector 'nope'" in missing.stderr
+
+
+ARTIFACTS = Path(
+    os.environ.get("AIRFLOW_CONNECTORS_TEST_ARTIFACTS")
+    or Path(__file__).resolve().parents[2] / "test-artifacts"
+)
+
+
+def chrome() -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not binary or not driver:
+        pytest.fail(
+            "the browser test needs Chromium and chromedriver "
+            "(Debian: apt-get install chromium chromium-driver)"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,900",
+    ):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(driver), options=options)
+
+
+def test_connectors_page_in_a_browser(api: Api) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    # The page is in Airflow's navigation.
+    plugins = api.airflow.client.get("/api/v2/plugins").json()["plugins"]
+    views = [v for p in plugins if p["name"] == "airflow_connectors" for v in p["external_views"]]
+    assert [(v["name"], v["href"], v["url_route"]) for v in views] == [
+        ("Connectors", "/connect/ui", "connectors")
+    ]
+
+    api("POST", "/v0/pipelines/numbers/tables/numbers/connectors/c2/start")
+    token = api.airflow.client.headers["Authorization"].removeprefix("Bearer ")
+    browser = chrome()
+    try:
+        browser.get(f"{api.airflow.url}/api/v2/monitor/health")
+        browser.add_cookie(
+            {"name": "_token", "value": token, "path": "/"}
+        )  # Airflow's login cookie
+        browser.get(f"{api.airflow.url}/connect/ui")
+        row = 'tr[data-connector="numbers.numbers.c2"]'
+        wait = WebDriverWait(browser, 30)
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, row)))
+        cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, f"{row} td")]
+        assert cells[0] == "numbers.c2" and cells[1] in ("RUNNING", "UNASSIGNED")
+        paused_row = browser.find_element(
+            By.CSS_SELECTOR, 'tr[data-connector="numbers.numbers.c1"]'
+        )
+        assert "PAUSED" in paused_row.text
+        # The start_after graph: files -> gen.
+        edges = browser.find_elements(By.CSS_SELECTOR, "svg.start-after-graph line")
+        assert len(edges) == 1
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "connectors-page.png"))
+
+        browser.find_element(By.CSS_SELECTOR, f'{row} button[data-action="pause"]').click()
+        deadline = time.monotonic() + 30
+        while not api.dag_paused("numbers.numbers.c2"):
+            assert time.monotonic() < deadline, "the pause button did not pause the DAG"
+            time.sleep(0.5)
+        # The page refreshes by itself and shows the new state.
+        wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, f"{row} .state"), "PAUSED"))
+        browser.save_screenshot(str(ARTIFACTS / "connectors-page-paused.png"))
+
+        # In Airflow's own UI the page is the plugin view /plugin/connectors.
+        browser.get(f"{api.airflow.url}/plugin/connectors")
+        frame = WebDriverWait(browser, 60).until(
+            ec.presence_of_element_located((By.CSS_SELECTOR, 'iframe[src*="/connect/ui"]'))
+        )
+        browser.switch_to.frame(frame)
+        WebDriverWait(browser, 30).until(ec.presence_of_element_located((By.CSS_SELECTOR, row)))
+        browser.switch_to.default_content()
+        browser.save_screenshot(str(ARTIFACTS / "connectors-page-in-airflow.png"))
+    finally:
+        browser.quit()
+
+
+def test_openapi_document_and_no_server_errors_under_fuzzing(api: Api) -> None:
+    """Schemathesis generates requests for every operation of the served OpenAPI
+    document (property-based, hypothesis); none may answer 5xx."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+
+    document = httpx.get(f"{api.airflow.url}/connect/openapi.json", timeout=30)
+    assert document.status_code == 200
+    schema = schemathesis.openapi.from_dict(document.json())
+    auth = {"Authorization": api.airflow.client.headers["Authorization"]}
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) >= 20
+    failures: list[str] = []
+    statuses: list[int] = []
+    for operation in operations:
+
+        @settings(
+            max_examples=15,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(case=operation.as_strategy())
+        def call(case: Any) -> None:
+            response = case.call(base_url=f"{api.airflow.url}/connect", headers=auth)
+            statuses.append(response.status_code)
+            if response.status_code >= 500:
+                failures.append(
+                    f"{case.method} {case.formatted_path}: {response.status_code} {response.text[:200]}"
+                )
+
+        call()
+    assert failures == []
+    assert len(statuses) >= 5 * len(operations)  # it really sent requests
+    print(f"\nfuzzed {len(operations)} operations with {len(statuses)} requests: no 5xx")

@@ -1,0 +1,393 @@
+"""Connector DAGs on real Airflow (``DagBag``, ``dag.test()``) with real spark-submit on
+local Spark: rendering, exactly-once runs, tasks_max, the gate, templated slices and the
+finished asset event."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+from conftest import dag_file, task_states, write_pipeline
+
+COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR"}
+
+
+def json_files(folder: Path, files: int, rows: int, start: int = 0) -> list[int]:
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = []
+    for f in range(files):
+        lines = []
+        for i in range(rows):
+            n = start + f * rows + i
+            ids.append(n)
+            lines.append(json.dumps({"id": n, "name": f"n{n}"}))
+        (folder / f"part-{start + f:05d}.json").write_text("\n".join(lines) + "\n")
+    return ids
+
+
+def files_connector(path: Path | str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": "files",
+        "transport": {"name": "file_input", "config": {"path": str(path)}},
+        "format": {"name": "json", "config": {"update_format": "raw"}},
+        **extra,
+    }
+
+
+def table_ids(env: dict[str, str], pipeline: str, table: str) -> list[int]:
+    path = Path(env["AIRFLOW__CONNECTORS__WAREHOUSE"]) / pipeline / table
+    if not path.is_dir():
+        return []
+    return sorted(ds.dataset(str(path), format="parquet").to_table().column("id").to_pylist())
+
+
+def ingest_runs(states: dict[tuple[str, int], str]) -> list[int]:
+    """Map indexes of ingest task instances that ran (mapped, map_index >= 0)."""
+    return sorted(i for (task, i), state in states.items() if task == "ingest" and i >= 0)
+
+
+def test_dagbag_renders_one_dag_per_connector_without_pyspark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Parsing the DAG file in a fresh interpreter: ids, tags, paused flags, schedules,
+    docs; pyspark is never imported. Also prints how long 50 connectors take to render."""
+    spec_dir = tmp_path / "dags"
+    spec_dir.mkdir()
+    spec = {
+        "pipeline": "shop",
+        "tables": {
+            "numbers": {
+                "columns": {"id": "BIGINT NOT NULL"},
+                "connectors": [
+                    {
+                        "name": "backfill",
+                        "labels": ["numbers.backfill"],
+                        "transport": {"name": "datagen", "config": {"plan": [{"limit": 5}]}},
+                    },
+                    {
+                        "name": "live",
+                        "paused": True,
+                        "start_after": "numbers.backfill",
+                        "trigger": {"schedule": "@hourly"},
+                        "transport": {"name": "datagen", "config": {"plan": [{"rate": 10}]}},
+                    },
+                    {
+                        "name": "secret",
+                        "transport": {
+                            "name": "url_input",
+                            "config": {"path": "http://user:hunter2@127.0.0.1:1/x"},
+                        },
+                        "format": {"name": "json"},
+                    },
+                ],
+            },
+            "wide": {
+                "columns": {"id": "BIGINT NOT NULL"},
+                "connectors": [
+                    {
+                        "name": f"gen{i}",
+                        "transport": {"name": "datagen", "config": {"plan": [{"limit": 1}]}},
+                    }
+                    for i in range(50)
+                ],
+            },
+        },
+    }
+    (spec_dir / "shop.yaml").write_text(json.dumps(spec))
+    dag_file(spec_dir, "shop.yaml")
+    probe = f"""
+import json, sys, time
+from airflow.dag_processing.dagbag import DagBag
+t0 = time.perf_counter()
+bag = DagBag(dag_folder={str(spec_dir)!r})
+seconds = time.perf_counter() - t0
+out = {{
+    "errors": {{k: str(v) for k, v in bag.import_errors.items()}},
+    "seconds": seconds,
+    "pyspark": any(m == "pyspark" or m.startswith("pyspark.") for m in sys.modules),
+    "dags": {{
+        d.dag_id: {{
+            "tags": sorted(d.tags),
+            "paused": d.is_paused_upon_creation,
+            "tasks": sorted(t.task_id for t in d.tasks),
+            "schedule": type(d.timetable).__name__,
+            "assets": sorted(a.uri for a in d.timetable.asset_condition.objects)
+            if getattr(d.timetable, "asset_condition", None) is not None
+            else [],
+            "doc": d.doc_md,
+        }}
+        for d in bag.dags.values()
+    }},
+}}
+print(json.dumps(out))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["errors"] == {}
+    assert out["pyspark"] is False
+    dags = out["dags"]
+    assert len(dags) == 53
+    assert set(dags) >= {"shop.numbers.backfill", "shop.numbers.live", "shop.wide.gen49"}
+    backfill, live = dags["shop.numbers.backfill"], dags["shop.numbers.live"]
+    assert backfill["tags"] == ["label:numbers.backfill", "pipeline:shop", "table:numbers"]
+    assert backfill["paused"] is False and live["paused"] is True
+    assert backfill["tasks"] == ["discover", "finalize", "finished", "gate", "ingest"]
+    assert backfill["schedule"] == "NullTimetable"
+    assert live["schedule"] == "AssetOrTimeSchedule"
+    assert live["assets"] == ["connector://shop/numbers/backfill"]
+    secret_doc = dags["shop.numbers.secret"]["doc"]
+    assert "hunter2" not in secret_doc and "http://user:***@127.0.0.1:1/x" in secret_doc
+    with capsys.disabled():  # the figure is for people; nothing asserts a timing
+        print(f"\n[figure] DagBag parse of 53 connector DAGs: {out['seconds'] * 1000:.0f} ms")
+
+
+def test_dag_test_lands_rows_once_and_idles_without_spark(
+    tmp_path: Path, connectors_env: dict[str, str]
+) -> None:
+    ids = json_files(tmp_path / "src", files=4, rows=250)
+    dags = write_pipeline(
+        "once",
+        {
+            "events": {
+                "columns": COLUMNS,
+                "connectors": [files_connector(tmp_path / "src", tasks_max=2)],
+            }
+        },
+    )
+    dag = dags["once.events.files"]
+
+    first = dag.test()
+    states = task_states(first)
+    assert str(first.state) == "success", states
+    assert ingest_runs(states) == [0, 1]
+    assert states[("finished", -1)] == "success"
+    assert table_ids(connectors_env, "once", "events") == ids
+
+    second = dag.test()
+    states = task_states(second)
+    assert str(second.state) == "success", states
+    assert ingest_runs(states) == []  # nothing new: no ingest task instance ran
+    assert states[("ingest", -1)] == "skipped"
+    assert states[("finished", -1)] == "skipped"  # the finished event went out once
+    assert table_ids(connectors_env, "once", "events") == ids
+
+    more = json_files(tmp_path / "src", files=1, rows=10, start=5000)
+    third = dag.test()
+    assert ingest_runs(task_states(third)) == [0]
+    assert table_ids(connectors_env, "once", "events") == sorted(ids + more)
+
+
+def test_tasks_max_bounds_mapped_ingest_tasks(
+    tmp_path: Path, connectors_env: dict[str, str]
+) -> None:
+    ids = json_files(tmp_path / "src", files=30, rows=20)
+    dags = write_pipeline(
+        "fanout",
+        {
+            "events": {
+                "columns": COLUMNS,
+                "connectors": [files_connector(tmp_path / "src", tasks_max=3)],
+            }
+        },
+    )
+    run = dags["fanout.events.files"].test()
+    states = task_states(run)
+    assert str(run.state) == "success", states
+    assert ingest_runs(states) == [0, 1, 2]
+    assert table_ids(connectors_env, "fanout", "events") == ids
+
+
+def test_gate_skips_while_pipeline_paused_or_start_after_unfinished(
+    tmp_path: Path, connectors_env: dict[str, str]
+) -> None:
+    from airflow_connectors.settings import Settings
+    from airflow_connectors.state.store import StateStore
+
+    ids = json_files(tmp_path / "src", files=2, rows=5)
+    dags = write_pipeline(
+        "gated",
+        {
+            "events": {
+                "columns": COLUMNS,
+                "connectors": [
+                    files_connector(tmp_path / "src", labels=["events.loaded"]),
+                    {
+                        "name": "more",
+                        "start_after": ["events.loaded"],
+                        "transport": {
+                            "name": "datagen",
+                            "config": {
+                                "plan": [{"limit": 3, "fields": {"id": {"range": [100, 200]}}}]
+                            },
+                        },
+                    },
+                ],
+            }
+        },
+    )
+    store = StateStore(Settings.load().state_store_url)
+    store.set_pipeline_paused("gated", True)
+    paused = dags["gated.events.files"].test()
+    states = task_states(paused)
+    assert states[("gate", -1)] == "skipped"
+    assert states[("discover", -1)] == "skipped" and states[("finalize", -1)] == "skipped"
+    assert table_ids(connectors_env, "gated", "events") == []
+
+    store.set_pipeline_paused("gated", False)
+    early = dags["gated.events.more"].test()  # the labelled connector has not finished
+    assert task_states(early)[("gate", -1)] == "skipped"
+
+    dags["gated.events.files"].test()
+    late = dags["gated.events.more"].test()
+    assert task_states(late)[("gate", -1)] == "success"
+    assert table_ids(connectors_env, "gated", "events") == sorted([*ids, 100, 101, 102])
+    store.close()
+
+
+def test_templated_config_reads_each_days_slice_once(
+    tmp_path: Path, connectors_env: dict[str, str]
+) -> None:
+    days = ["2026-11-01", "2026-11-02", "2026-11-03"]
+    expected: list[int] = []
+    for n, day in enumerate(days):
+        expected += json_files(tmp_path / "src" / day, files=1, rows=4, start=n * 100)
+    connector = files_connector(str(tmp_path / "src" / "{{ ds }}"), trigger={"schedule": "@daily"})
+    dag = write_pipeline("daily", {"events": {"columns": COLUMNS, "connectors": [connector]}})[
+        "daily.events.files"
+    ]
+
+    for n, day in enumerate(days):
+        run = dag.test(logical_date=dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC))
+        assert str(run.state) == "success", task_states(run)
+        assert table_ids(connectors_env, "daily", "events") == sorted(expected[: 4 * (n + 1)])
+    again = dag.test(logical_date=dt.datetime(2026, 11, 2, tzinfo=dt.UTC))
+    assert ingest_runs(task_states(again)) == []
+    assert table_ids(connectors_env, "daily", "events") == sorted(expected)
+
+
+def test_finished_emits_asset_event_with_metrics(
+    tmp_path: Path, connectors_env: dict[str, str]
+) -> None:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    json_files(tmp_path / "src", files=1, rows=7)
+    dag = write_pipeline(
+        "signal",
+        {"events": {"columns": COLUMNS, "connectors": [files_connector(tmp_path / "src")]}},
+    )["signal.events.files"]
+    dag.test()
+    dag.test()
+    with create_session() as session:
+        events = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.uri == "connector://signal/events/files")
+            .all()
+        )
+        extras = [e.extra for e in events]
+    assert len(extras) == 1  # once, although two runs ended finished
+    assert extras[0]["total_records"] == 7 and extras[0]["end_of_input"] is True
+
+
+def test_config_invalid_once_rendered_fails_naming_connector_and_field(
+    connectors_env: dict[str, str],
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_connectors.airflow.operators.connector import ConnectorDiscoverOperator
+    from airflow_connectors.settings import Settings
+
+    connector = files_connector("/data/{{ ds }}")
+    op = ConnectorDiscoverOperator(
+        task_id="discover",
+        pipeline="p",
+        table={"name": "t", "columns": []},
+        connector={**connector, "transport": {**connector["transport"], "config": {"path": "/x"}}},
+    )
+    op.transport_config = {"path": ""}  # what a template that renders empty leaves
+    with pytest.raises(AirflowFailException) as err:
+        op.batch_context(Settings.load())
+    message = str(err.value)
+    assert "connector p.t.files" in message and "transport.config.path" in message
+    assert "Fix the template in the pipeline spec" in message
+
+
+def test_spark_connection_defaults_to_local_never_yarn(connectors_env: dict[str, str]) -> None:
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from airflow_connectors.airflow.operators.connector import ConnectorIngestOperator
+
+    op = ConnectorIngestOperator(task_id="ingest", batch_id=1, pipeline="p", endpoint="t.c")
+    hook = op._get_hook()
+    assert hook._connection["master"] == "local[2]"  # [connectors] spark_master, not yarn
+    assert hook._conf["spark.driver.bindAddress"] == "127.0.0.1"
+
+    named = ConnectorIngestOperator(
+        task_id="ingest", batch_id=1, pipeline="p", endpoint="t.c", conn_id="my_cluster"
+    )
+    with pytest.raises(
+        AirflowNotFoundException, match="Spark connection 'my_cluster' does not exist"
+    ):
+        named._get_hook()
+
+
+def test_local_cli_pauses_the_dag_in_the_local_airflow(
+    tmp_path: Path, connectors_env: dict[str, str]
+) -> None:
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    connector = {
+        "name": "gen",
+        "transport": {"name": "datagen", "config": {"plan": [{"limit": 1}]}},
+    }
+    write_pipeline("localcli", {"t": {"columns": COLUMNS, "connectors": [connector]}})
+    synced = subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "reserialize"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert synced.returncode == 0, synced.stderr[-2000:]
+
+    def cli(action: str) -> dict[str, Any]:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "airflow_connectors.cli",
+                "connector",
+                "localcli",
+                "t",
+                "gen",
+                action,
+                "--local",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return dict(json.loads(proc.stdout))
+
+    def paused() -> bool:
+        with create_session() as session:
+            dag = session.get(DagModel, "localcli.t.gen")
+            assert dag is not None
+            return bool(dag.is_paused)
+
+    assert cli("pause") == {"airflow": "DAG localcli.t.gen paused"}
+    assert paused() is True
+    assert cli("start") == {"airflow": "DAG localcli.t.gen unpaused"}
+    assert paused() is False
