@@ -52,6 +52,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print JSON")
     _store_flags(p)
 
+    p = sub.add_parser(
+        "pipeline",
+        help="pause, resume or show a pipeline (a paused pipeline runs no connector)",
+    )
+    p.add_argument("pipeline")
+    p.add_argument("action", choices=["pause", "resume", "status"])
+    p.add_argument("--json", action="store_true", help="print JSON (status)")
+    _store_flags(p)
+    _api_flags(p)
+
+    p = sub.add_parser(
+        "connector",
+        help="start, pause, stop, restart a connector; show its stats or offsets",
+        description="As Feldera's `fda connector`. Talks to a running Airflow over the "
+        "connector REST API (--url or AIRFLOW_CONNECTORS_API_URL), or with --local to the "
+        "embedded state store (what `airflow-connectors run` uses).",
+    )
+    p.add_argument("pipeline")
+    p.add_argument("table")
+    p.add_argument("connector")
+    p.add_argument("action", choices=["start", "pause", "stop", "stats", "restart", "offsets"])
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--reset", action="store_true", help="offsets: forget them all (stop first)")
+    group.add_argument(
+        "--set",
+        type=Path,
+        metavar="FILE",
+        help='offsets: JSON list of {"key", "offset", "records", "completed"} to set (stop first)',
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _store_flags(p)
+    _api_flags(p)
+
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,
@@ -60,7 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("py4j", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    handler = {"validate": _validate, "run": _run, "stats": _stats}[args.command]
+    handler = {
+        "validate": _validate,
+        "run": _run,
+        "stats": _stats,
+        "pipeline": _pipeline,
+        "connector": _connector,
+    }[args.command]
     return handler(args)
 
 
@@ -72,6 +111,27 @@ def _store_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--warehouse", help="folder of the Parquet tables (default: [connectors] warehouse)"
     )
+
+
+def _api_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--url",
+        help="Airflow's URL, e.g. http://127.0.0.1:8080 (default: $AIRFLOW_CONNECTORS_API_URL)",
+    )
+    p.add_argument("--username", help="default: $AIRFLOW_CONNECTORS_API_USER, else admin")
+    p.add_argument("--password", help="default: $AIRFLOW_CONNECTORS_API_PASSWORD, else admin")
+    p.add_argument(
+        "--local", action="store_true", help="use the embedded state store, not a running Airflow"
+    )
+
+
+def _client(args: argparse.Namespace) -> Any:
+    """The REST client, or None for local mode."""
+    from airflow_connectors.api_client import ConnectClient
+
+    if args.local:
+        return None
+    return ConnectClient.from_env(args.url, args.username, args.password)
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -151,21 +211,10 @@ def _ref(pipeline: str, endpoint: str) -> Any:
 def _print_tables(spec: Any, runner: Any, show: int) -> None:
     import pyarrow.dataset as ds
 
-    from airflow_connectors.engine.context import BatchContext
+    from airflow_connectors.engine.context import table_sink
 
     for table in spec.tables:
-        sink = (
-            BatchContext(
-                spec.name,
-                table,
-                table.connectors[0] if table.connectors else None,
-                runner.settings.warehouse,
-            ).sink()
-            if table.connectors
-            else None
-        )  # type: ignore[arg-type]
-        if sink is None:
-            continue
+        sink = table_sink(spec.name, table, runner.settings.warehouse)
         for kind in ("rows", "errors"):
             path = Path(sink.location(kind))
             if not path.is_dir() or not any(path.glob("*.parquet")):
@@ -193,11 +242,11 @@ def _stats(args: argparse.Namespace) -> int:
             or "(none)"
         )
         print(
-            f"No connector named {args.connector} found for table {args.table} in pipeline {args.pipeline} (state store {store.safe_url}); known connectors: {known}",
+            f"No connector named {args.connector} found for table {args.table} in pipeline {args.pipeline} (state store {store.safe_url}); known connectors: {known}. Check the names, or run the pipeline first.",
             file=sys.stderr,
         )
         return 1
-    doc = connector_status(st)
+    doc = st.feldera_status()
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -212,25 +261,160 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def connector_status(st: Any) -> dict[str, Any]:
-    """Feldera's ``InputEndpointStatus`` shape, plus the Kafka Connect ``state``."""
-    return {
-        "endpoint_name": st.ref.endpoint_name,
-        "config": {"stream": st.ref.table},
-        "metrics": {
-            "total_bytes": st.total_bytes,
-            "total_records": st.total_records,
-            "buffered_records": st.buffered_records,
-            "num_transport_errors": st.num_transport_errors,
-            "num_parse_errors": st.num_parse_errors,
-            "end_of_input": st.end_of_input,
-        },
-        "paused": bool(st.paused),
-        "state": "PAUSED" if st.paused else st.state,
-        "fatal_error": st.fatal_error,
-        "parse_errors": st.parse_errors,
-        "transport_errors": st.transport_errors,
-    }
+def _pipeline(args: argparse.Namespace) -> int:
+    from airflow_connectors.api_client import ApiFailed
+    from airflow_connectors.state.store import StateStore
+
+    try:
+        client = _client(args)
+        if client is not None:
+            if args.action != "status":
+                client.call("POST", f"/v0/pipelines/{args.pipeline}/{args.action}")
+            stats = client.call("GET", f"/v0/pipelines/{args.pipeline}/stats")
+            return _print_pipeline(args, stats["global_metrics"]["state"].upper(), stats["inputs"])
+    except ApiFailed as e:
+        print(f"pipeline {args.pipeline}: {e}", file=sys.stderr)
+        return 1
+
+    settings = Settings.load(state_store_url=args.state_store_url, warehouse=args.warehouse)
+    store = StateStore(settings.state_store_url)
+    try:
+        if args.action != "status":
+            store.set_pipeline_paused(args.pipeline, args.action == "pause")
+        paused = store.pipeline_paused(args.pipeline)
+        connectors = []
+        for ref in sorted(
+            store.known_connectors(args.pipeline), key=lambda r: (r.table, r.connector)
+        ):
+            st = store.status(ref)
+            if st is not None:
+                connectors.append(st.feldera_status())
+    finally:
+        store.close()
+    return _print_pipeline(args, "PAUSED" if paused else "RUNNING", connectors)
+
+
+def _print_pipeline(args: argparse.Namespace, state: str, connectors: list[Any]) -> int:
+    doc = {"pipeline": args.pipeline, "state": state}
+    if args.json:
+        print(json.dumps({**doc, "connectors": connectors}, indent=2))
+        return 0
+    print(f"pipeline {args.pipeline}: {doc['state']}")
+    for c in connectors:
+        m = c["metrics"]
+        print(
+            f"  {c['endpoint_name']}: {c['state']}, {m['total_records']} records, "
+            f"end_of_input={m['end_of_input']}, buffered_records={m['buffered_records']}"
+            + (f", error: {c['fatal_error']}" if c["fatal_error"] else "")
+        )
+    if not connectors:
+        print("  (no connector has run yet)")
+    return 0
+
+
+def _connector(args: argparse.Namespace) -> int:
+    from airflow_connectors.api_client import ApiFailed
+
+    name = f"{args.pipeline}.{args.table}.{args.connector}"
+    if (args.reset or args.set) and args.action != "offsets":
+        print("--reset and --set go with the offsets action", file=sys.stderr)
+        return 2
+    try:
+        entries = json.loads(args.set.read_text()) if args.set else None
+        client = _client(args)
+        doc = (
+            _connector_remote(client, args, name, entries)
+            if client is not None
+            else _connector_local(args, entries)
+        )
+    except (ApiFailed, ValueError, OSError, RuntimeError) as e:
+        print(f"connector {name}: {e}", file=sys.stderr)
+        return 1
+    if args.json or args.action in ("stats", "offsets"):
+        print(json.dumps(doc, indent=2))
+    else:
+        print(f"connector {name}: {args.action} done" + (f" ({doc})" if doc else ""))
+    return 0
+
+
+def _connector_remote(client: Any, args: argparse.Namespace, name: str, entries: Any) -> Any:
+    feldera = f"/v0/pipelines/{args.pipeline}/tables/{args.table}/connectors/{args.connector}"
+    if args.action in ("start", "pause"):
+        return client.call("POST", f"{feldera}/{args.action}")
+    if args.action == "stats":
+        return client.call("GET", f"{feldera}/stats")
+    if args.action == "stop":
+        return client.call("PUT", f"/connectors/{name}/stop")
+    if args.action == "restart":
+        return client.call(
+            "POST",
+            f"/connectors/{name}/restart",
+            params={"includeTasks": "true", "onlyFailed": "true"},
+        )
+    if args.reset:
+        return client.call("DELETE", f"/connectors/{name}/offsets")
+    if entries is not None:
+        return client.call("PATCH", f"/connectors/{name}/offsets", json={"offsets": entries})
+    return client.call("GET", f"/connectors/{name}/offsets")
+
+
+def _connector_local(args: argparse.Namespace, entries: Any) -> Any:
+    from airflow_connectors.engine import control
+    from airflow_connectors.state.store import ConnectorRef, StateStore
+
+    ref = ConnectorRef(args.pipeline, args.table, args.connector)
+    settings = Settings.load(state_store_url=args.state_store_url, warehouse=args.warehouse)
+    store = StateStore(settings.state_store_url)
+    try:
+        if args.action == "start":
+            control.resume(store, ref)
+            store.set_connector_paused(ref, False)
+            return _local_dag_paused(ref, False)
+        elif args.action == "pause":
+            store.set_connector_paused(ref, True)
+            return _local_dag_paused(ref, True)
+        elif args.action == "stop":
+            store.set_connector_paused(ref, True)
+            return {"released_batches": control.stop(store, ref), **_local_dag_paused(ref, True)}
+        elif args.action == "restart":
+            raise RuntimeError(
+                "restart reruns Airflow tasks; locally, run the connector again with "
+                "`airflow-connectors run SPEC --connector TABLE.CONNECTOR`"
+            )
+        elif args.action == "stats":
+            st = store.status(ref)
+            if st is None:
+                raise RuntimeError(f"no state in {store.safe_url}; run the pipeline first")
+            return st.feldera_status()
+        else:
+            if args.reset or entries is not None:
+                store.edit_offsets(ref, entries)
+            return {"offsets": store.offsets(ref)}
+        return None
+    finally:
+        store.close()
+
+
+def _local_dag_paused(ref: Any, paused: bool) -> dict[str, Any]:
+    """Pause or unpause the connector's DAG in the local Airflow (``$AIRFLOW_HOME``), when
+    there is one: the DAG's flag is the connector's state under Airflow."""
+    import subprocess
+
+    from airflow_connectors.settings import airflow_home
+
+    if not (airflow_home() / "airflow.cfg").is_file():
+        return {"airflow": f"no Airflow at {airflow_home()}; the embedded state store was updated"}
+    dag_id = f"{ref.pipeline}.{ref.table}.{ref.connector}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "pause" if paused else "unpause", dag_id, "-y"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+        return {"airflow": f"DAG {dag_id} not changed in the Airflow at {airflow_home()}: {last}"}
+    return {"airflow": f"DAG {dag_id} {'paused' if paused else 'unpaused'}"}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,162 @@
+"""The ``airflow-connectors`` command as users run it: a real process, real Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "examples" / "quickstart" / "pipeline.yaml"
+CLI = str(Path(sys.executable).parent / "airflow-connectors")
+
+
+def cli(*args: str, home: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "PYSPARK_PYTHON": sys.executable}
+    env.pop("AIRFLOW__CONNECTORS__STATE_STORE_URL", None)
+    env.pop("AIRFLOW__CONNECTORS__WAREHOUSE", None)
+    return subprocess.run(
+        [CLI, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_validate_ok_prints_one_line_per_connector(tmp_path: Path) -> None:
+    out = cli("validate", str(QUICKSTART), home=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "ok"
+    assert [line.split(":")[0] for line in lines[1:]] == [
+        "quickstart.customers.crm_export",
+        "quickstart.orders.history",
+        "quickstart.orders.live",
+    ]
+    assert "start_after=orders.backfill,customers.loaded" in lines[3]
+
+
+def test_validate_reports_every_error_and_exits_1(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(
+        "pipeline: bad\n"
+        "tables:\n"
+        "  t:\n"
+        "    columns: {a: INT}\n"
+        "    connectors:\n"
+        "      - name: x\n"
+        "        transprt: {name: datagen}\n"
+        "      - name: 'not ok!'\n"
+        "        start_after: nowhere\n"
+        "        transport: {name: file_input, config: {path: /tmp/x.json}}\n"
+    )
+    out = cli("validate", str(spec), home=tmp_path)
+    assert out.returncode == 1
+    assert out.stdout == ""
+    errors = out.stderr.strip().splitlines()
+    assert all(line.startswith(f"{spec}: ") for line in errors), errors
+    text = "\n".join(errors)
+    assert "tables.t.connectors[0].transprt" in text and "did you mean 'transport'" in text
+    assert "tables.t.connectors[1].name" in text
+    assert "tables.t.connectors[1].start_after" in text and "'nowhere'" in text
+    assert "tables.t.connectors[1].format" in text
+
+
+def test_validate_sql_file_uses_stem_as_pipeline_name(tmp_path: Path) -> None:
+    spec = tmp_path / "numbers.sql"
+    spec.write_text(
+        "CREATE TABLE numbers (num DOUBLE) WITH ('connectors' = '[{"
+        '"name": "gen", "transport": {"name": "datagen", "config": {"plan": [{"limit": 5}]}}'
+        "}]');\n"
+    )
+    out = cli("validate", str(spec), home=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1].startswith("numbers.numbers.gen: datagen")
+
+
+def test_run_quickstart_then_stats(tmp_path: Path) -> None:
+    out = cli("run", str(QUICKSTART), "--show", "2", home=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "orders.live: finished, +10000 records" in out.stdout
+    assert "orders.history: finished, +500 records" in out.stdout
+    assert "customers.crm_export: finished, +10 records" in out.stdout
+    assert "table orders: 10500 rows" in out.stdout
+    assert (tmp_path / "connectors" / "state.db").is_file()  # embedded default store
+
+    again = cli("run", str(QUICKSTART), home=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "0 batch(es) committed" in again.stdout
+    assert "starting Spark" not in again.stderr  # nothing new: no Spark at all
+
+    stats = cli("stats", "quickstart", "orders", "live", "--json", home=tmp_path)
+    assert stats.returncode == 0, stats.stderr
+    doc = json.loads(stats.stdout)
+    assert doc["endpoint_name"] == "orders.live"
+    assert doc["metrics"]["total_records"] == 10000
+    assert doc["metrics"]["end_of_input"] is True
+    assert doc["metrics"]["buffered_records"] == 0
+    assert doc["paused"] is False and doc["fatal_error"] is None and doc["parse_errors"] == []
+
+
+def test_stats_of_unknown_connector_says_what_to_do(tmp_path: Path) -> None:
+    out = cli("stats", "nope", "t", "c", home=tmp_path)
+    assert out.returncode == 1
+    assert "No connector named c found for table t in pipeline nope" in out.stderr
+    assert "known connectors: (none). Check the names, or run the pipeline first." in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("connector", "message"),
+    [
+        ("orders.nope", "table 'orders' has no connector 'nope'; its connectors: history, live"),
+        ("nope.live", "pipeline 'quickstart' has no table 'nope'; its tables: customers, orders"),
+    ],
+)
+def test_run_unknown_connector_fails_clearly(tmp_path: Path, connector: str, message: str) -> None:
+    out = cli("run", str(QUICKSTART), "--connector", connector, home=tmp_path)
+    assert out.returncode == 1
+    assert out.stderr.startswith(f"run failed: {message}"), out.stderr
+
+
+def test_pipeline_pause_resume_status(tmp_path: Path) -> None:
+    paused = cli("pipeline", "shop", "pause", home=tmp_path)
+    assert paused.returncode == 0, paused.stderr
+    assert paused.stdout.splitlines() == ["pipeline shop: PAUSED", "  (no connector has run yet)"]
+    status = cli("pipeline", "shop", "status", "--json", home=tmp_path)
+    assert json.loads(status.stdout) == {"pipeline": "shop", "state": "PAUSED", "connectors": []}
+    resumed = cli("pipeline", "shop", "resume", home=tmp_path)
+    assert resumed.stdout.startswith("pipeline shop: RUNNING")
+    bad = cli("pipeline", "shop", "stop", home=tmp_path)
+    assert bad.returncode == 2 and "invalid choice: 'stop'" in bad.stderr
+
+
+def test_connector_commands_on_the_embedded_store(tmp_path: Path) -> None:
+    from airflow_connectors.state.store import ConnectorRef, ItemReceipt, StateStore
+
+    (tmp_path / "connectors").mkdir()  # the embedded default store under AIRFLOW_HOME
+    store = StateStore(f"sqlite:///{tmp_path / 'connectors' / 'state.db'}")
+    ref = ConnectorRef("shop", "orders", "files")
+    [batch] = store.plan_batches(ref, [{"items": [{"key": "/in/a.json", "start": 0, "end": 9}]}])
+    store.commit_batch(batch, "a", [ItemReceipt("/in/a.json", 9, 3, 0, 9, True, 0)], [])
+    store.close()
+    args = ("connector", "shop", "orders", "files")
+
+    offsets = cli(*args, "offsets", "--local", home=tmp_path)
+    assert offsets.returncode == 0, offsets.stderr
+    assert json.loads(offsets.stdout)["offsets"][0]["key"] == "/in/a.json"
+    running = cli(*args, "offsets", "--reset", "--local", home=tmp_path)
+    assert running.returncode == 1 and "is not stopped; stop it first" in running.stderr
+
+    assert cli(*args, "stop", "--local", home=tmp_path).returncode == 0
+    reset = cli(*args, "offsets", "--reset", "--local", home=tmp_path)
+    assert reset.returncode == 0 and json.loads(reset.stdout) == {"offsets": []}
+    assert cli(*args, "start", "--local", home=tmp_path).returncode == 0
+    stats = json.loads(cli(*args, "stats", "--local", home=tmp_path).stdout)
+    assert stats["endpoint_name"] == "orders.files" and stats["paused"] is False
+    assert stats["metrics"]["total_records"] == 3
+
+    restart = cli(*args, "restart", "--local", home=tmp_path)
+    assert restart.returncode == 1 and "airflow-connectors run SPEC --connector" in restart.stderr
+    unknown = cli("connector", "shop", "orders", "nope", "stats", "--local", home=tmp_path)
+    assert unknown.returncode == 1 and "run the pipeline first" in unknown.stderr
