@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The main job on embedded defaults: set up .venv, then run the example pipeline
+# (pipelines/demo.yaml) through a real Airflow scheduler (airflow standalone: SQLite,
+# LocalExecutor) with every batch a spark-submit on local Spark, and print the results.
+# `bash scripts/quickstart.sh --keep-running` leaves the UI up on http://127.0.0.1:8080
+# (admin / admin).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+exec .venv/bin/python scripts/quickstart.py "$@"
