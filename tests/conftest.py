@@ -77,6 +77,29 @@ def pg_schema_factory() -> Iterator[Any]:
     engine.dispose()
 
 
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[Any]:
+    """A factory of fresh PostgreSQL databases (dropped at the end of the session)."""
+    import sqlalchemy as sa
+    from sqlalchemy.engine import make_url
+
+    admin = sa.create_engine(PG_BASE, isolation_level="AUTOCOMMIT")
+    created: list[str] = []
+
+    def make() -> str:
+        name = f"ac_airflow_{uuid.uuid4().hex[:10]}"
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE {name}"))
+        created.append(name)
+        return make_url(PG_BASE).set(database=name).render_as_string(hide_password=False)
+
+    yield make
+    with admin.connect() as conn:
+        for name in created:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    admin.dispose()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":

@@ -40,7 +40,11 @@ def free_port() -> int:
 
 
 class StandaloneAirflow:
-    """``airflow standalone`` in ``home`` with ``dags_folder``; user ``admin``."""
+    """``airflow standalone`` in ``home`` with ``dags_folder``; user ``admin``.
+
+    The metadata DB is SQLite in ``home`` unless ``metadata_db`` names another one
+    (``postgresql+psycopg://...``, an existing, empty database).
+    """
 
     def __init__(
         self,
@@ -51,6 +55,7 @@ class StandaloneAirflow:
         password: str = "admin",
         env: Mapping[str, str] | None = None,
         log_file: Path | None = None,
+        metadata_db: str | None = None,
     ) -> None:
         self.home = Path(home).resolve()
         self.dags_folder = Path(dags_folder).resolve()
@@ -78,6 +83,12 @@ class StandaloneAirflow:
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             **(env or {}),
         }
+        if metadata_db:
+            # A PostgreSQL metadata DB (what production uses): no single-file locking.
+            # Airflow derives its async URL as postgresql+asyncpg, which is not installed;
+            # psycopg 3 serves both the sync and the async engine.
+            self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = metadata_db
+            self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] = metadata_db
         if self.uses_sqlite:
             self.env.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS", _CONNECT_ARGS)
             self.env.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC", _CONNECT_ARGS)

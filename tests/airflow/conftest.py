@@ -59,24 +59,63 @@ def dag_file(dags: Path, spec: str, name: str | None = None) -> Path:
     return path
 
 
-def start_standalone(root: Path, dags: Path, dag_ids: list[str]) -> Any:
-    """``airflow standalone`` over ``dags``, its connectors' state and tables under
-    ``root``; returns once ``dag_ids`` are parsed (the caller stops it)."""
+class EndToEnd:
+    """One ``airflow standalone`` shared by the end-to-end modules (starting one costs
+    about a minute). Its metadata DB is a fresh PostgreSQL database, as in production:
+    ``airflow backfill create`` beside a busy scheduler is not reliable on SQLite. The
+    connectors keep their state in a SQLite store (the embedded default) and write their
+    tables under ``warehouse``. Each module adds its pipelines with :meth:`add` and keeps
+    its sources in its own folder (:meth:`folder`); pipeline names must differ."""
+
+    def __init__(self, root: Path, airflow: Any) -> None:
+        self.root = root
+        self.airflow = airflow
+        self.dags = Path(airflow.dags_folder)
+        self.warehouse = root / "warehouse"
+
+    def folder(self, name: str) -> Path:
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def add(self, files: dict[str, str], dag_ids: list[str]) -> None:
+        """Write spec files (name -> text) and a DAG file rendering each into the DAGs
+        folder; return once Airflow parsed ``dag_ids``."""
+        for name, text in files.items():
+            (self.dags / name).write_text(text)
+            dag_file(self.dags, name)
+        self.airflow.wait_for_dags(dag_ids)
+
+    def ids(self, pipeline: str, table: str) -> list[int]:
+        """The sorted ``id`` column of a table in the warehouse."""
+        import pyarrow.dataset as ds
+
+        path = self.warehouse / pipeline / table
+        if not path.is_dir():
+            return []
+        return sorted(ds.dataset(str(path), format="parquet").to_table().column("id").to_pylist())
+
+
+@pytest.fixture(scope="session")
+def e2e(tmp_path_factory: pytest.TempPathFactory, pg_database: Any) -> Iterator[EndToEnd]:
     from airflow_connectors.airflow.standalone import StandaloneAirflow
 
+    root = tmp_path_factory.mktemp("e2e")
+    (root / "dags").mkdir()
     env = {
         "AIRFLOW__CONNECTORS__STATE_STORE_URL": f"sqlite:///{root / 'state.db'}",
         "AIRFLOW__CONNECTORS__WAREHOUSE": str(root / "warehouse"),
         "AIRFLOW__CONNECTORS__SPARK_MASTER": "local[1]",
+        # New files are still found every 5 s; re-parsing unchanged ones every 5 s
+        # would cost a fifth of a core on a 2-core machine.
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",
     }
-    airflow = StandaloneAirflow(root / "home", dags, env=env)
+    airflow = StandaloneAirflow(root / "home", root / "dags", env=env, metadata_db=pg_database())
     airflow.start()
     try:
-        airflow.wait_for_dags(dag_ids)
-    except BaseException:
+        yield EndToEnd(root, airflow)
+    finally:
         airflow.stop()
-        raise
-    return airflow
 
 
 def write_pipeline(name: str, tables: dict[str, Any]) -> dict[str, Any]:

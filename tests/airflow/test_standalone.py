@@ -11,14 +11,12 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow.dataset as ds
 import pytest
 import yaml
-from conftest import dag_file, start_standalone
+from conftest import EndToEnd
 
 from airflow_connectors.airflow.standalone import StandaloneAirflow
 
@@ -35,17 +33,15 @@ def json_format() -> dict[str, Any]:
 
 
 class Orchestra:
-    """The running Airflow plus where its connectors read and write."""
+    """The running Airflow, this module's source folder and the pipeline's tables."""
 
-    def __init__(self, root: Path, airflow: StandaloneAirflow) -> None:
+    def __init__(self, e2e: EndToEnd, root: Path) -> None:
+        self.e2e = e2e
         self.root = root
-        self.airflow = airflow
+        self.airflow: StandaloneAirflow = e2e.airflow
 
     def ids(self, table: str) -> list[int]:
-        path = self.root / "warehouse" / "orch" / table
-        if not path.is_dir():
-            return []
-        return sorted(ds.dataset(str(path), format="parquet").to_table().column("id").to_pylist())
+        return self.e2e.ids("orch", table)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -64,10 +60,8 @@ class Orchestra:
 
 
 @pytest.fixture(scope="module")
-def orch(tmp_path_factory: pytest.TempPathFactory, http_server: Any) -> Iterator[Orchestra]:
-    root = tmp_path_factory.mktemp("standalone")
-    dags = root / "dags"
-    dags.mkdir()
+def orch(e2e: EndToEnd, http_server: Any) -> Orchestra:
+    root = e2e.folder("orch")
     (root / "watch").mkdir()
     for n, day in enumerate(DAYS):
         (root / "daily" / day).mkdir(parents=True)
@@ -141,11 +135,8 @@ def orch(tmp_path_factory: pytest.TempPathFactory, http_server: Any) -> Iterator
             },
         },
     }
-    (dags / "orch.yaml").write_text(yaml.safe_dump(spec))
-    dag_file(dags, "orch.yaml")
-    airflow = start_standalone(
-        root,
-        dags,
+    e2e.add(
+        {"orch.yaml": yaml.safe_dump(spec)},
         [
             "orch.prices.backfill",
             "orch.prices.live",
@@ -154,10 +145,7 @@ def orch(tmp_path_factory: pytest.TempPathFactory, http_server: Any) -> Iterator
             "orch.daily.slices",
         ],
     )
-    try:
-        yield Orchestra(root, airflow)
-    finally:
-        airflow.stop()
+    return Orchestra(e2e, root)
 
 
 def test_start_after_runs_on_the_asset_event_only_after_backfill(orch: Orchestra) -> None:
@@ -222,7 +210,7 @@ def test_new_data_trigger_fires_once_per_arrival(orch: Orchestra) -> None:
     assert all(r["state"] == "success" for r in runs)
     assert orch.ids("events") == [1, 2, 3, 4, 5]
 
-    time.sleep(60)  # no new data: no new run, although the trigger restarted after each event
+    time.sleep(20)  # no new data: no new run, although the trigger restarted after each event
     assert len(af.runs(dag)) == 2
 
 
