@@ -21,6 +21,9 @@ fi
 UV="$PYTHON -m uv"
 [ -d .venv ] || $UV venv --quiet --python "$PYTHON" .venv
 # sync = install exactly the lock file's packages, removing anything else.
-$UV pip sync --quiet --python .venv/bin/python requirements.lock
+# Byte-compile at install: environments that set PYTHONDONTWRITEBYTECODE (CI images
+# often do) would otherwise recompile Airflow and PySpark from source in every task,
+# Spark worker and DAG parse.
+$UV pip sync --quiet --compile-bytecode --python .venv/bin/python requirements.lock
 $UV pip install --quiet --python .venv/bin/python --no-deps -e .
 echo "bootstrap: .venv ready ($(.venv/bin/python -c 'import pyspark, airflow; print("pyspark", pyspark.__version__, "airflow", airflow.__version__)'))"
