@@ -8,10 +8,13 @@ Every registered transport is a Spark format of the same name. Users outside Air
           .option("path", "/data/*.json").option("format", "json")
           .option("format.update_format", "raw").load())
 
-The engine uses the same sources in batch mode (option ``ac.batch``): each partition is a
-work item of a planned batch that decodes with pyarrow and writes its sink part from the
-executor, returning a receipt row (measured ~2x faster than handing Arrow rows to the JVM
-writer for JSON).
+The engine runs planned batches through the same transport and format code
+(:func:`airflow_connectors.engine.reader.ingest_partition`), one Spark task per work item
+that decodes with pyarrow and writes its sink part from the executor, returning a receipt
+(measured ~2x faster than handing Arrow rows to the JVM writer for JSON). It submits them
+as a plain RDD job rather than through these sources: reading a Python data source starts
+fresh Python planner processes for every batch, where RDD tasks reuse Spark's pooled
+workers.
 """
 
 from __future__ import annotations
@@ -35,40 +38,12 @@ from airflow_connectors.spec.models import (
 from airflow_connectors.spec.types import SqlType
 from airflow_connectors.transports import TRANSPORTS, Cursor, Limits, WorkItem
 
-RECEIPT_SCHEMA = "part INT, receipt STRING"
-BATCH_OPTION = "ac.batch"
-
 
 class _ItemPartition(InputPartition):
     def __init__(self, index: int, item: dict[str, Any]) -> None:
         super().__init__(index)
         self.index = index
         self.item = item
-
-
-class _BatchReader(DataSourceReader):
-    """Engine mode: read and sink one work item per partition, yield its receipt."""
-
-    def __init__(self, plan: str) -> None:
-        self.plan = plan
-
-    def partitions(self) -> list[_ItemPartition]:
-        data = json.loads(self.plan)
-        return [_ItemPartition(i, item) for i, item in enumerate(data["plan"]["items"])]
-
-    def read(self, partition: _ItemPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        from airflow_connectors.engine.reader import ingest_item
-
-        data = json.loads(self.plan)
-        ctx = BatchContext.from_plan(data["plan"], data["batch_id"], data["attempt"])
-        outcome = ingest_item(ctx, partition.index, WorkItem.from_json(partition.item))
-        receipt = {
-            "receipt": outcome.receipt.to_json(),
-            "errors": [e.__dict__ for e in outcome.errors],
-        }
-        yield pa.RecordBatch.from_pydict(
-            {"part": pa.array([partition.index], pa.int32()), "receipt": [json.dumps(receipt)]}
-        )
 
 
 class _UserReader(DataSourceReader):
@@ -112,15 +87,11 @@ class TransportDataSource(DataSource):
         return cls.transport_name
 
     def schema(self) -> str:
-        if BATCH_OPTION in self.options:
-            return RECEIPT_SCHEMA
         raise ValueError(
             f"spark.read.format({self.transport_name!r}) needs a schema: call .schema('col TYPE, ...') first"
         )
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        if BATCH_OPTION in self.options:
-            return _BatchReader(self.options[BATCH_OPTION])
         return _UserReader(_user_context(self.transport_name, dict(self.options), schema))
 
 

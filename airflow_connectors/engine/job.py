@@ -8,11 +8,14 @@ import argparse
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 from airflow_connectors.engine.batch import BatchFailed, run_batch
 from airflow_connectors.settings import Settings
 from airflow_connectors.state.store import StateStore
+
+log = logging.getLogger("airflow_connectors.engine.job")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,16 +38,16 @@ def main(argv: list[str] | None = None) -> int:
         if session is None:
             from pyspark.sql import SparkSession
 
-            from airflow_connectors.engine.datasource import register
             from airflow_connectors.engine.spark import spark_session
 
+            t0 = time.monotonic()
             if "PYSPARK_GATEWAY_PORT" in os.environ:
                 # Under spark-submit: master, memory and the rest come from its flags.
                 session = SparkSession.builder.getOrCreate()
                 session.sparkContext.setLogLevel("WARN")
             else:
                 session = spark_session(settings)
-            register(session)
+            log.info("Spark session ready in %.1f s", time.monotonic() - t0)
         return session
 
     try:

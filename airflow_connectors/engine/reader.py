@@ -1,6 +1,7 @@
 """Read one work item inside a Spark executor: transport -> format -> table schema ->
 sink part, with bad records counted, reported and (``errors.tolerance: all``) written to
-the dead-letter table. Pure Python + pyarrow; :mod:`.datasource` wraps it for Spark."""
+the dead-letter table. Pure Python + pyarrow; :func:`ingest_partition` is the Spark task
+body the engine runs, :mod:`.datasource` wraps the same code as Spark data sources."""
 
 from __future__ import annotations
 
@@ -139,3 +140,21 @@ def _bytes_only(chunks: Iterator[object]) -> Iterator[bytes]:
                 f"a transport that needs a format must yield bytes, got {type(chunk).__name__}"
             )
         yield bytes(chunk)
+
+
+def ingest_partition(plan: str, part: int, _rows: Iterator[object]) -> Iterator[str]:
+    """Spark task body (``rdd.mapPartitionsWithIndex``): ingest work item ``part`` of the
+    batch described by ``plan`` (JSON: plan, batch_id, attempt) and return its receipt as
+    one JSON string. Module-level so Spark's Python workers import it by reference."""
+    import json
+
+    data = json.loads(plan)
+    ctx = BatchContext.from_plan(data["plan"], data["batch_id"], data["attempt"])
+    outcome = ingest_item(ctx, part, ctx.items[part])
+    yield json.dumps(
+        {
+            "part": part,
+            "receipt": outcome.receipt.to_json(),
+            "errors": [e.__dict__ for e in outcome.errors],
+        }
+    )

@@ -28,6 +28,7 @@ from airflow_connectors.airflow.hooks.spark import (
     connection_exists,
     spark_submit_binary,
 )
+from airflow_connectors.engine.spark import DRIVER_JAVA_OPTIONS
 from airflow_connectors.settings import Settings
 from airflow_connectors.spec.models import ConnectorSpec, TableSpec
 from airflow_connectors.state.store import ConnectorRef, StateStore
@@ -233,7 +234,12 @@ class ConnectorIngestOperator(SparkSubmitOperator):
             application_args=["--batch-id", str(batch_id)],
             conn_id=conn_id,
             name=f"{pipeline}.{endpoint}.batch-{batch_id}",
-            conf={"spark.ui.enabled": "false", "spark.log.level": "WARN", **(conf or {})},
+            conf={
+                "spark.ui.enabled": "false",
+                "spark.log.level": "WARN",
+                "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
+                **(conf or {}),
+            },
             # Driver and Python workers must import airflow_connectors: this interpreter.
             env_vars={
                 "PYSPARK_PYTHON": sys.executable,
