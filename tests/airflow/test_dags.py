@@ -167,13 +167,13 @@ def asset_event_extras(uri: str) -> list[dict[str, Any]]:
 def test_dag_test_lands_rows_once_and_idles_without_spark(
     tmp_path: Path, connectors_env: dict[str, str]
 ) -> None:
-    ids = json_files(tmp_path / "src", files=6, rows=250)
+    ids = json_files(tmp_path / "src", files=30, rows=20)
     dags = write_pipeline(
         "once",
         {
             "events": {
                 "columns": COLUMNS,
-                "connectors": [files_connector(tmp_path / "src", tasks_max=2)],
+                "connectors": [files_connector(tmp_path / "src", tasks_max=3)],
             }
         },
     )
@@ -182,7 +182,7 @@ def test_dag_test_lands_rows_once_and_idles_without_spark(
     first = dag.test()
     states = task_states(first)
     assert str(first.state) == "success", states
-    assert ingest_runs(states) == [0, 1]  # 6 files, tasks_max 2: two mapped batches
+    assert ingest_runs(states) == [0, 1, 2]  # 30 files, tasks_max 3: three mapped batches
     assert states[("finished", -1)] == "success"
     assert table_ids(connectors_env, "once", "events") == ids
 
