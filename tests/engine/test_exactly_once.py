@@ -154,17 +154,9 @@ def visible_files(warehouse: str) -> list[str]:
     return sorted(p.name for p in table.iterdir() if not p.name.startswith((".", "_")))
 
 
-@pytest.fixture
-def crash_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The state store a crash test runs on (each test picks its stores: every job
-    process started here costs a JVM start, so not every case runs on both)."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'state.db'}"
-    return str(request.getfixturevalue("pg_schema_factory")())
-
-
+# Every job started here costs a JVM start, so not every case runs on both stores.
 @pytest.mark.parametrize(
-    ("crash_store", "point"),
+    ("store_url", "point"),
     [
         # Between the sink write and the commit, on both stores.
         ("sqlite", "after_sink_write"),
@@ -172,10 +164,9 @@ def crash_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         # Between the commit and the publish.
         ("sqlite", "after_commit"),
     ],
-    indirect=["crash_store"],
+    indirect=["store_url"],
 )
-def test_kill_at_fail_point_then_rerun(crash_store: str, tmp_path: Path, point: str) -> None:
-    store_url = crash_store
+def test_kill_at_fail_point_then_rerun(store_url: str, tmp_path: Path, point: str) -> None:
     source = make_source(tmp_path / "src", SMALL)
     warehouse = str(tmp_path / "wh")
     ctx, batch_ids = plan_batches(store_url, tmp_path / "src", warehouse)
@@ -216,9 +207,8 @@ def no_spark() -> Any:
     raise AssertionError("a committed batch asked for Spark")
 
 
-@pytest.mark.parametrize("crash_store", ["postgres"], indirect=True)
-def test_kill_at_random_moment_during_write(crash_store: str, tmp_path: Path) -> None:
-    store_url = crash_store
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_kill_at_random_moment_during_write(store_url: str, tmp_path: Path) -> None:
     source = make_source(tmp_path / "src", LARGE)
     warehouse = str(tmp_path / "wh")
     ctx, batch_ids = plan_batches(store_url, tmp_path / "src", warehouse)
