@@ -19,7 +19,6 @@ import datetime as dt
 import inspect
 import json
 import logging
-import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,13 +37,13 @@ from airflow.sdk import (
 from airflow_connectors.airflow.hooks.spark import DEFAULT_CONN_ID
 from airflow_connectors.spec import PipelineSpec, load_pipeline
 from airflow_connectors.spec.models import CRON_PRESETS, ConnectorSpec, TableSpec
+from airflow_connectors.spec.redact import mask_config
 
 log = logging.getLogger(__name__)
 
 #: The first logical date of connector DAGs (schedules and backfills) unless the
 #: connector's ``trigger.start_date`` or ``ConnectorPipeline(start_date=...)`` says else.
 DEFAULT_START_DATE = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
-_SECRET = re.compile(r"pass(word)?|secret|token|(api|access|private)_?key|credential", re.I)
 
 
 def connector_asset(pipeline: str, table: str, connector: str) -> Asset:
@@ -276,7 +275,7 @@ class ConnectorPipeline:
     def _doc(
         self, table: TableSpec, connector: ConnectorSpec, waits_for: list[tuple[str, str]]
     ) -> str:
-        config = _mask(connector.model_dump(mode="json", exclude_defaults=True))
+        config = mask_config(connector.model_dump(mode="json", exclude_defaults=True))
         lines = [
             f"### Connector `{connector.name}` of table `{table.name}` (pipeline `{self.spec.name}`)",
             "",
@@ -298,16 +297,3 @@ class ConnectorPipeline:
 def render_dags(spec: PipelineSpec, **kwargs: Any) -> dict[str, DAG]:
     """One DAG per connector of ``spec`` (see :class:`ConnectorPipeline`)."""
     return ConnectorPipeline(spec, **kwargs).dags()
-
-
-def _mask(value: Any, key: str = "") -> Any:
-    if isinstance(value, dict):
-        return {k: _mask(v, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mask(v, key) for v in value]
-    if key and _SECRET.search(key) and value not in (None, ""):
-        return "***"
-    if isinstance(value, str):
-        # user:password@ in URLs
-        return re.sub(r"(://[^:/@\s]+:)[^@/\s]+@", r"\1***@", value)
-    return value
