@@ -79,8 +79,19 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
         )
     except Exception as exc:
         message, kind = _failure(exc, ctx, batch_id)
-        store.record_failure(ctx.ref, message, batch_id=batch_id, kind=kind)
+        recorded = store.record_failure(ctx.ref, message, batch_id=batch_id, kind=kind)
         sink.discard(batch_id, ctx.attempt)
+        if not recorded:
+            # A concurrent run of the connector committed this batch (its publish removes
+            # the batch's other staging folders), or a stop released it: not a failure.
+            log.warning(
+                "%s batch %d: this attempt stopped (%s) but another run committed or a stop "
+                "released the batch meanwhile; nothing to do",
+                ctx.ref,
+                batch_id,
+                message,
+            )
+            return BatchResult(batch_id, ctx.ref.endpoint_name, committed=False)
         raise BatchFailed(message) from exc
     failpoints.reach("after_sink_write")
     receipts: list[ItemReceipt] = []

@@ -1,19 +1,181 @@
-"""Connector control beyond pause: Kafka Connect's stop and offset edits.
+"""Connector control: the state a user sees, the rule for whether a connector may run,
+and Kafka Connect's pause, resume, stop and start transitions.
 
-``stop`` releases the connector's planned-but-uncommitted batches (their staged output is
-discarded and their items become new work again), so nothing is in flight and offsets may
-be edited; ``resume`` clears it. Pausing itself is the Airflow DAG's paused flag (or, for
-embedded runs, the state store's) and lives with the caller.
+Every surface asks here: the REST API, the CLI (``stats``, ``connector ... stats
+--local``, ``pipeline status``), the gate task and the embedded runner. The caller reads
+the state-store record and says whether the connector's DAG is paused (``None`` when no
+Airflow knows the connector: the store's own flag then, as embedded runs use it);
+nothing here imports Airflow.
+
+Transitions (Kafka Connect's, KIP-875):
+
+- ``stop``: STOPPED. The connector's planned batches are released (their items become new
+  work again), nothing is planned while it is stopped (the gate skips, the embedded
+  runner passes it over, planning refuses), and only now may its offsets be edited.
+- ``resume``: from any state to RUNNING (the DAG is unpaused by the caller).
+- ``pause``: PAUSED; from STOPPED as well (the offsets are then no longer editable).
+- ``start`` (Feldera's): unpauses a paused connector; a STOPPED one is refused
+  (:class:`ConnectorStopped`, HTTP 409): it runs again only after an explicit ``resume``.
+  Unpausing its DAG in the Airflow UI does not run it either: the gate skips while it
+  is stopped.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
 from airflow_connectors.engine.context import BatchContext
-from airflow_connectors.state.store import ConnectorRef, StateStore
+from airflow_connectors.state.store import (
+    ConnectorRef,
+    ConnectorState,
+    ConnectorStopped,
+    StateStore,
+)
+
+__all__ = [
+    "ConnectorStopped",
+    "ConnectorView",
+    "State",
+    "connector_view",
+    "feldera_status",
+    "gate_blocker",
+    "halted",
+    "pause",
+    "resume",
+    "start",
+    "stop",
+    "task_state",
+]
 
 log = logging.getLogger(__name__)
+
+
+class State(StrEnum):
+    """Kafka Connect's connector states."""
+
+    UNASSIGNED = "UNASSIGNED"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"
+    RESTARTING = "RESTARTING"
+
+
+@dataclass(frozen=True)
+class ConnectorView:
+    """What every surface shows for one connector."""
+
+    state: State
+    #: Feldera's ``paused``: the connector's own flag (its DAG's, or the store's in
+    #: embedded runs), true while stopped; the pipeline's flag is not part of it.
+    paused: bool
+    end_of_input: bool
+    #: End of input with nothing planned-but-uncommitted.
+    finished: bool
+    #: Why it failed (state FAILED only).
+    trace: str | None = None
+
+
+def connector_view(
+    record: ConnectorState | None,
+    *,
+    dag_paused: bool | None,
+    pipeline_paused: bool = False,
+    spec_paused: bool = False,
+    failed_task_trace: str | None = None,
+) -> ConnectorView:
+    """The one derivation of a connector's user-visible state.
+
+    ``record``: the state-store row (None: it never ran). ``dag_paused``: the Airflow
+    DAG's flag, None when no Airflow knows the connector (then the store's flag, else
+    ``spec_paused``). ``failed_task_trace``: the trace of a failed ingest task of the
+    DAG's latest run (Airflow only: batches run in parallel, one may fail while another
+    commits after it).
+
+    Precedence: STOPPED, PAUSED (connector or pipeline), UNASSIGNED, RESTARTING, FAILED,
+    RUNNING. FAILED lasts while the failed batch is still planned (it is retried by the
+    next run); once no batch is in flight, because another attempt committed it or a stop
+    released it, a later clean run shows RUNNING again.
+    """
+    stopped = bool(record and record.stopped)
+    if dag_paused is not None:
+        own_paused = dag_paused
+    elif record is not None and record.paused is not None:
+        own_paused = bool(record.paused)
+    else:
+        own_paused = spec_paused
+    eoi = bool(record and record.end_of_input)
+    finished = bool(record and record.finished)
+
+    def view(state: State, trace: str | None = None) -> ConnectorView:
+        return ConnectorView(state, own_paused or stopped, eoi, finished, trace)
+
+    if stopped:
+        return view(State.STOPPED)
+    if own_paused or pipeline_paused:
+        return view(State.PAUSED)
+    if record is None or record.state == State.UNASSIGNED:
+        return view(State.UNASSIGNED)
+    if record.state == State.RESTARTING:
+        return view(State.RESTARTING)
+    if failed_task_trace is not None:
+        return view(State.FAILED, failed_task_trace or record.fatal_error)
+    if record.state == State.FAILED and record.buffered_batches > 0:
+        return view(State.FAILED, record.fatal_error)
+    return view(State.RUNNING)
+
+
+def task_state(connector: State, task: str) -> str:
+    """A task's state as shown beside its connector's: the tasks of a paused connector
+    are PAUSED, not RUNNING (failed and restarting tasks keep their state)."""
+    if connector == State.PAUSED and task in (State.RUNNING, State.UNASSIGNED):
+        return State.PAUSED
+    return task
+
+
+def feldera_status(
+    ref: ConnectorRef, record: ConnectorState | None, view: ConnectorView
+) -> dict[str, Any]:
+    """Feldera's ``InputEndpointStatus`` with the Kafka Connect ``state`` of ``view``."""
+    return (record or ConnectorState(ref=ref)).feldera_status(
+        state=view.state.value, paused=view.paused
+    )
+
+
+def halted(store: StateStore, ref: ConnectorRef, *, spec_paused: bool = False) -> str | None:
+    """Why an embedded run passes the connector over (``"stopped"``, ``"paused"``), or
+    None. The pipeline flag and ``start_after`` are checked by the caller."""
+    view = connector_view(store.status(ref), dag_paused=None, spec_paused=spec_paused)
+    if view.state == State.STOPPED:
+        return "stopped"
+    if view.paused:
+        return "paused"
+    return None
+
+
+def gate_blocker(store: StateStore, ref: ConnectorRef) -> str | None:
+    """The gate's rule before ``start_after``: why a run of the connector must skip
+    (the pipeline is paused, or the connector is stopped), or None."""
+    if store.pipeline_paused(ref.pipeline):
+        return (
+            f"pipeline {ref.pipeline} is paused, so connector {ref} does not run; "
+            f"resume it with `airflow-connectors pipeline {ref.pipeline} resume`"
+        )
+    st = store.status(ref)
+    if st is not None and st.stopped:
+        return stopped_message(ref)
+    return None
+
+
+def stopped_message(ref: ConnectorRef) -> str:
+    return (
+        f"connector {ref} is stopped: it runs again only after resume "
+        f"(PUT /connect/connectors/{ref}/resume, or `airflow-connectors connector "
+        f"{ref.pipeline} {ref.table} {ref.connector} resume`)"
+    )
 
 
 def stop(store: StateStore, ref: ConnectorRef) -> list[int]:
@@ -30,4 +192,20 @@ def stop(store: StateStore, ref: ConnectorRef) -> list[int]:
 
 
 def resume(store: StateStore, ref: ConnectorRef) -> None:
+    """From any state to running; the caller unpauses the DAG (under Airflow)."""
     store.set_stopped(ref, False)
+    store.set_connector_paused(ref, False)
+
+
+def pause(store: StateStore, ref: ConnectorRef) -> None:
+    """PAUSED, from STOPPED as well; the caller pauses the DAG (under Airflow)."""
+    store.set_stopped(ref, False)
+    store.set_connector_paused(ref, True)
+
+
+def start(store: StateStore, ref: ConnectorRef) -> None:
+    """Feldera's ``start``: unpause; refused for a stopped connector (resume it)."""
+    st = store.status(ref)
+    if st is not None and st.stopped:
+        raise ConnectorStopped(stopped_message(ref))
+    store.set_connector_paused(ref, False)

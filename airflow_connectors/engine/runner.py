@@ -13,12 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_connectors.engine import control
 from airflow_connectors.engine.batch import BatchResult, run_batch
 from airflow_connectors.engine.context import BatchContext
-from airflow_connectors.engine.discovery import discover, finalize
+from airflow_connectors.engine.discovery import LeaseBusy, discover, finalize
 from airflow_connectors.settings import Settings
 from airflow_connectors.spec.models import ConnectorSpec, PipelineSpec, TableSpec
-from airflow_connectors.state.store import ConnectorRef, StateStore
+from airflow_connectors.state.store import ConnectorRef, ConnectorStopped, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class ConnectorReport:
     endpoint: str
-    status: str = "idle"  # paused | waiting | finished | idle
+    status: str = "idle"  # paused | stopped | waiting | busy | finished | idle
     batches: int = 0
     records: int = 0
     parse_errors: int = 0
@@ -44,8 +45,8 @@ class RunReport:
 
 
 def connector_paused(store: StateStore, ref: ConnectorRef, spec: ConnectorSpec) -> bool:
-    st = store.status(ref)
-    return spec.paused if st is None or st.paused is None else st.paused
+    """Paused or stopped (engine.control's rule), so an embedded run passes it over."""
+    return control.halted(store, ref, spec_paused=spec.paused) is not None
 
 
 def waiting_for(store: StateStore, pipeline: PipelineSpec, spec: ConnectorSpec) -> list[str]:
@@ -131,8 +132,9 @@ class EmbeddedRunner:
             for table, spec in targets:
                 rep = report.connectors[f"{table.name}.{spec.name}"]
                 ref = ConnectorRef(self.pipeline.name, table.name, spec.name)
-                if connector_paused(self.store, ref, spec):
-                    rep.status = "paused"
+                halted = control.halted(self.store, ref, spec_paused=spec.paused)
+                if halted:
+                    rep.status = halted  # paused, or stopped until resumed
                     continue
                 blocking = waiting_for(self.store, self.pipeline, spec)
                 if blocking:
@@ -146,7 +148,14 @@ class EmbeddedRunner:
                     rep.status = "waiting"
                     continue
                 ctx = self.context(table, spec)
-                found = discover(self.store, ctx)
+                try:
+                    found = discover(self.store, ctx)
+                except (LeaseBusy, ConnectorStopped) as e:
+                    # Another run of this connector is planning (or it was just stopped):
+                    # skip it in this run, one line, no traceback.
+                    log.warning("%s; skipped in this run", e)
+                    rep.status = "stopped" if isinstance(e, ConnectorStopped) else "busy"
+                    continue
                 for batch_id in found.batch_ids:
                     result = run_batch(self.store, batch_id, self.spark)
                     self._count(rep, result)

@@ -106,8 +106,11 @@ class ConnectorState:
         """Feldera's test: end of input and nothing planned-but-uncommitted."""
         return self.end_of_input and self.buffered_batches == 0
 
-    def feldera_status(self) -> dict[str, Any]:
-        """Feldera's ``InputEndpointStatus`` shape, plus the Kafka Connect ``state``."""
+    def feldera_status(self, *, state: str, paused: bool) -> dict[str, Any]:
+        """Feldera's ``InputEndpointStatus`` shape, plus the Kafka Connect ``state``.
+
+        ``state`` and ``paused`` are derived by ``engine.control.connector_view`` (the
+        record alone does not know whether the connector's DAG is paused)."""
         return {
             "endpoint_name": self.ref.endpoint_name,
             "config": {"stream": self.ref.table},
@@ -119,9 +122,11 @@ class ConnectorState:
                 "num_parse_errors": self.num_parse_errors,
                 "end_of_input": self.end_of_input,
             },
-            "paused": bool(self.paused),
-            "state": "PAUSED" if self.paused else self.state,
-            "fatal_error": self.fatal_error,
+            "paused": paused,
+            "state": state,
+            # A failure another attempt or a later run superseded is not fatal any more
+            # (it stays in the transport errors).
+            "fatal_error": self.fatal_error if state == "FAILED" else None,
             "parse_errors": self.parse_errors,
             "transport_errors": self.transport_errors,
         }
@@ -129,6 +134,10 @@ class ConnectorState:
 
 class ConnectorNotStopped(RuntimeError):
     """Offsets change only while the connector is stopped."""
+
+
+class ConnectorStopped(RuntimeError):
+    """A stopped connector plans nothing and runs only after ``resume``."""
 
 
 class StateStore:
@@ -305,6 +314,15 @@ class StateStore:
         ids = []
         with self.tx() as conn:
             self.ensure_connector(ref, conn)
+            if conn.execute(
+                sa.select(s.connectors.c.stopped).where(ref.where(s.connectors))
+            ).scalar():
+                # A run that passed its gate before the stop: plan nothing, so the
+                # offsets stay still while they may be edited.
+                raise ConnectorStopped(
+                    f"connector {ref} was stopped while this run was planning; nothing was "
+                    "planned. Resume it to run it again."
+                )
             for plan in plans:
                 items = plan["items"]
                 counts = [i.get("records") for i in items]
@@ -456,10 +474,20 @@ class StateStore:
         kind: str = "transport",
         source_key: str | None = None,
         record_number: int | None = None,
-    ) -> None:
-        """A batch failed: keep the trace as the connector's fatal error (state FAILED)."""
+    ) -> bool:
+        """A batch failed: keep the trace as the connector's fatal error (state FAILED).
+
+        Returns False and records nothing when the batch is no longer planned: another
+        attempt committed it meanwhile (concurrent runs of one connector), or a stop
+        released it; its failure then says nothing about the connector."""
         now = time.time()
         with self.tx() as conn:
+            if batch_id is not None:
+                status = conn.execute(
+                    sa.select(s.batches.c.status).where(s.batches.c.batch_id == batch_id)
+                ).scalar()
+                if status != "planned":
+                    return False
             self.ensure_connector(ref, conn)
             c = s.connectors.c
             bump = (
@@ -473,6 +501,7 @@ class StateStore:
             self._add_errors(
                 conn, ref, [ErrorRecord(kind, message, source_key, record_number)], batch_id, now
             )
+        return True
 
     def _add_errors(
         self,
@@ -612,6 +641,16 @@ class StateStore:
                     f"connector {ref} is not stopped; stop it first (its planned batches are "
                     "then released), edit its offsets, then resume it"
                 )
+            in_flight = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(s.batches)
+                .where(ref.where(s.batches), s.batches.c.status == "planned")
+            ).scalar()
+            if in_flight:
+                raise ConnectorNotStopped(
+                    f"connector {ref} has {in_flight} planned batch(es) in flight; stop it "
+                    "again (which releases them), then edit its offsets"
+                )
             if entries is None:
                 conn.execute(sa.delete(s.offsets).where(ref.where(s.offsets)))
             for e in entries or ():
@@ -631,11 +670,18 @@ class StateStore:
                             batch_id=0,
                         )
                     )
-            # The input is no longer known to be exhausted; finishing is signalled anew.
+            # The input is no longer known to be exhausted, and re-reading it is a new
+            # finish: its `finished` event is emitted again.
             conn.execute(
                 sa.update(s.connectors)
                 .where(ref.where(s.connectors))
-                .values(end_of_input=False, finished_at=None, updated_at=time.time())
+                .values(
+                    end_of_input=False,
+                    finished_at=None,
+                    finished_signalled_for=None,
+                    finished_signal_run=None,
+                    updated_at=time.time(),
+                )
             )
 
     def set_stopped(self, ref: ConnectorRef, stopped: bool) -> None:
@@ -687,7 +733,12 @@ class StateStore:
 
     def claim_finished_signal(self, ref: ConnectorRef, run_id: str) -> bool:
         """True when the connector is finished and its `finished` event has not been
-        emitted since it finished (or was claimed by ``run_id`` itself, on a retry)."""
+        emitted yet (or was claimed by ``run_id`` itself, on a retry of that task).
+
+        As Feldera's end of input, a connector finishes once: later runs that ingest new
+        data and reach end of input again emit no second event, so a ``start_after``
+        dependent runs once. Editing or resetting the offsets (stop, edit, resume) starts
+        a new finish, whose event is emitted again."""
         with self.tx() as conn:
             c = s.connectors.c
             row = conn.execute(
@@ -704,7 +755,7 @@ class StateStore:
             ).scalar()
             if pending:
                 return False
-            if row.finished_signalled_for == row.finished_at and row.finished_signal_run != run_id:
+            if row.finished_signalled_for is not None and row.finished_signal_run != run_id:
                 return False
             conn.execute(
                 sa.update(s.connectors)

@@ -140,7 +140,7 @@ def test_new_data_signal_fires_once_per_fingerprint(store_url: str) -> None:
     store.close()
 
 
-def test_finished_signal_is_claimed_once_per_finishing(store_url: str) -> None:
+def test_finished_signal_is_claimed_once_per_finish(store_url: str) -> None:
     store = StateStore(store_url)
     store.ensure_connector(REF)
     assert not store.claim_finished_signal(REF, "run-1")  # not finished yet
@@ -148,10 +148,20 @@ def test_finished_signal_is_claimed_once_per_finishing(store_url: str) -> None:
     assert store.claim_finished_signal(REF, "run-1")
     assert store.claim_finished_signal(REF, "run-1")  # a retry of the same task
     assert not store.claim_finished_signal(REF, "run-2")
-    store.set_end_of_input(REF, False)  # new input arrived...
+    # New input arrived, was ingested, and the connector reached end of input again:
+    # still the same finish (Feldera signals end of input once), so no second event.
+    store.set_end_of_input(REF, False)
     assert not store.claim_finished_signal(REF, "run-3")
-    store.set_end_of_input(REF, True)  # ...and finished again
-    assert store.claim_finished_signal(REF, "run-3")
+    store.set_end_of_input(REF, True)
+    assert not store.claim_finished_signal(REF, "run-4")
+    # Resetting the offsets (stopped) starts a new finish: its event goes out once more.
+    store.set_stopped(REF, True)
+    store.edit_offsets(REF, None)
+    store.set_stopped(REF, False)
+    assert not store.claim_finished_signal(REF, "run-5")  # not finished since the reset
+    store.set_end_of_input(REF, True)
+    assert store.claim_finished_signal(REF, "run-6")
+    assert not store.claim_finished_signal(REF, "run-7")
     store.close()
 
 

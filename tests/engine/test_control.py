@@ -1,0 +1,198 @@
+"""Connector control (engine.control) on real state stores: the one derivation of the
+state every surface shows, Kafka Connect's stop/resume/pause/start transitions enforced
+for embedded runs, and concurrent runs of one connector."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import pipeline, read_table, run, status
+
+from airflow_connectors.engine import control
+from airflow_connectors.engine.batch import run_batch
+from airflow_connectors.engine.context import BatchContext
+from airflow_connectors.engine.discovery import discover
+from airflow_connectors.engine.runner import EmbeddedRunner
+from airflow_connectors.settings import Settings
+from airflow_connectors.state.store import (
+    ConnectorNotStopped,
+    ConnectorRef,
+    ConnectorStopped,
+    StateStore,
+)
+
+REF = ConnectorRef("p", "t", "c")
+State = control.State
+
+
+class _no_spark:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"Spark was used ({name}) although the connector may not run")
+
+
+def datagen(limit: int = 5, **extra: Any) -> dict[str, Any]:
+    return {
+        "t": {
+            "columns": {"id": "BIGINT NOT NULL"},
+            "connectors": [
+                {
+                    "name": "c",
+                    "transport": {"name": "datagen", "config": {"plan": [{"limit": limit}]}},
+                    **extra,
+                }
+            ],
+        }
+    }
+
+
+def view(store: StateStore, dag_paused: bool | None = None) -> control.ConnectorView:
+    return control.connector_view(
+        store.status(REF), dag_paused=dag_paused, pipeline_paused=store.pipeline_paused("p")
+    )
+
+
+def context(wh: Path, limit: int = 5) -> BatchContext:
+    table, connector = next(iter(pipeline(datagen(limit)).connectors()))
+    return BatchContext("p", table, connector, str(wh))
+
+
+def planned(store: StateStore, wh: Path) -> int:
+    """Plan the connector's batch as discovery does (no Spark)."""
+    [batch] = discover(store, context(wh)).batch_ids
+    return batch
+
+
+def test_one_derivation_for_every_state(store_url: str, tmp_path: Path) -> None:
+    store = StateStore(store_url)
+    assert view(store).state == State.UNASSIGNED and not view(store).paused
+    b = planned(store, tmp_path)
+    assert view(store).state == State.RUNNING
+    # The DAG's flag is the connector's under Airflow; the store's flag says nothing then.
+    dag_paused = view(store, dag_paused=True)
+    assert (dag_paused.state, dag_paused.paused) == (State.PAUSED, True)
+    store.set_pipeline_paused("p", True)
+    assert (view(store).state, view(store).paused) == (State.PAUSED, False)  # Feldera 2x2
+    store.set_pipeline_paused("p", False)
+
+    assert store.record_failure(REF, "boom", batch_id=b)
+    failed = view(store)
+    assert (failed.state, failed.trace) == (State.FAILED, "boom")
+    assert control.feldera_status(REF, store.status(REF), failed)["fatal_error"] == "boom"
+
+    control.stop(store, REF)
+    stopped = view(store, dag_paused=False)  # its DAG unpaused (the UI toggle): still stopped
+    assert (stopped.state, stopped.paused) == (State.STOPPED, True)
+    doc = control.feldera_status(REF, store.status(REF), stopped)
+    assert (doc["state"], doc["paused"]) == ("STOPPED", True)
+
+    control.resume(store, REF)
+    # The failed batch was released by the stop: nothing is failing any more.
+    resumed = view(store)
+    assert (resumed.state, resumed.trace) == (State.RUNNING, None)
+    assert control.feldera_status(REF, store.status(REF), resumed)["fatal_error"] is None
+    assert store.status(REF).transport_errors[-1]["message"] == "boom"  # type: ignore[union-attr]
+    store.close()
+
+
+def test_tasks_of_a_paused_connector_are_not_running() -> None:
+    assert control.task_state(State.PAUSED, "RUNNING") == "PAUSED"
+    assert control.task_state(State.PAUSED, "FAILED") == "FAILED"
+    assert control.task_state(State.RUNNING, "RUNNING") == "RUNNING"
+
+
+def test_stopped_runs_only_after_resume(sqlite_url: str, tmp_path: Path) -> None:
+    store = StateStore(sqlite_url)
+    planned(store, tmp_path)
+    assert control.stop(store, REF) != []
+    assert control.gate_blocker(store, REF) == control.stopped_message(REF)
+    with pytest.raises(ConnectorStopped, match=r"runs again only after resume"):
+        control.start(store, REF)  # Feldera's start does not undo a stop
+    with pytest.raises(ConnectorStopped, match="was stopped while this run was planning"):
+        planned(store, tmp_path)  # a run that passed its gate before the stop plans nothing
+    store.edit_offsets(REF, None)  # allowed: stopped, nothing in flight
+
+    control.pause(store, REF)  # Kafka Connect: STOPPED -> PAUSED
+    assert view(store).state == State.PAUSED
+    with pytest.raises(ConnectorNotStopped):
+        store.edit_offsets(REF, None)
+    control.start(store, REF)
+    assert view(store).state == State.RUNNING and control.gate_blocker(store, REF) is None
+
+    control.stop(store, REF)
+    control.resume(store, REF)
+    assert view(store).state == State.RUNNING
+    store.close()
+
+
+def test_offsets_refused_while_batches_are_in_flight(sqlite_url: str, tmp_path: Path) -> None:
+    store = StateStore(sqlite_url)
+    planned(store, tmp_path)
+    store.set_stopped(REF, True)  # flagged, but its batch was not released
+    with pytest.raises(ConnectorNotStopped, match="1 planned batch"):
+        store.edit_offsets(REF, None)
+    store.close()
+
+
+def test_embedded_run_passes_a_stopped_connector_over(sqlite_url: str, tmp_path: Path) -> None:
+    spec = pipeline(datagen())
+    store = StateStore(sqlite_url)
+    control.stop(store, REF)
+    report = run(spec, sqlite_url, str(tmp_path / "wh"), _no_spark())
+    assert report.connectors["t.c"].status == "stopped" and report.batches == 0
+    store.close()
+
+
+def test_concurrent_planner_is_skipped_in_one_line(
+    sqlite_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = pipeline(datagen())
+    store = StateStore(sqlite_url)
+    assert store.acquire_lease(REF, "another-run")  # another run is planning it
+    report = run(spec, sqlite_url, str(tmp_path / "wh"), _no_spark())
+    assert report.connectors["t.c"].status == "busy" and report.batches == 0
+    assert "p.t.c is being planned by another run" in caplog.text
+    store.close()
+
+
+class _LoserSpark:
+    """Spark for the losing run of a batch: the winning run ingests and publishes the
+    same batch first (real Spark), then this attempt's job fails on its staging file,
+    which the winner's publish removed (injected: the timing cannot be forced)."""
+
+    def __init__(self, store: StateStore, batch_id: int, spark: Any) -> None:
+        self.store, self.batch_id, self.real = store, batch_id, spark
+
+    def __call__(self) -> Any:
+        assert run_batch(self.store, self.batch_id, lambda: self.real).committed
+        return self
+
+    @property
+    def sparkContext(self) -> Any:
+        raise RuntimeError(
+            "An exception was thrown from the Python worker:\nFileNotFoundError: [Errno 2] "
+            "No such file or directory: '/wh/p/_staging/t/batch-0000000001-1-x/rows/part.tmp'"
+        )
+
+
+def test_concurrent_run_of_a_batch_leaves_no_failure(
+    spark: Any, sqlite_url: str, tmp_path: Path
+) -> None:
+    wh = str(tmp_path / "wh")
+    spec = pipeline(datagen(limit=7))
+    store = StateStore(sqlite_url)
+    [batch] = discover(store, context(tmp_path / "wh", limit=7)).batch_ids
+
+    result = run_batch(store, batch, _LoserSpark(store, batch, spark))  # no BatchFailed
+    assert not result.committed
+    assert status(sqlite_url, "p", "t", "c").state == "RUNNING"
+    assert read_table(wh, "p", "t").num_rows == 7  # landed once, by the winner
+
+    # A connector left FAILED by such a loser (a store written before this fix) shows
+    # RUNNING after a later clean run: its failed batch is no longer in flight.
+    store._update_connector(REF, state="FAILED", fatal_error="staging file vanished")
+    settings = Settings(state_store_url=sqlite_url, warehouse=wh, spark_master="local[2]")
+    EmbeddedRunner(spec, settings, store=store, spark=_no_spark()).run()
+    assert view(store).state == State.RUNNING
+    store.close()
