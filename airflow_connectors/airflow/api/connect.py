@@ -143,6 +143,8 @@ def create_app() -> FastAPI:
     def restart(name: str, includeTasks: bool = False, onlyFailed: bool = False) -> Response:
         ref = _ref(name)
         state = _status(ref)["connector"]["state"]
+        if state == "STOPPED":
+            raise ApiError(409, _stopped_message(ref))
         if not includeTasks:
             if onlyFailed and state != "FAILED":
                 return JSONResponse(_status(ref), 202)
@@ -171,7 +173,11 @@ def create_app() -> FastAPI:
 
     @app.put("/connectors/{name}/pause", status_code=202)
     def pause(name: str) -> Response:
-        _set_dag_paused(_ref(name), True)
+        from airflow_connectors.engine import control
+
+        ref = _ref(name)
+        _set_dag_paused(ref, True)
+        control.pause(_store(), ref)  # from STOPPED too, as Kafka Connect
         return Response(status_code=202)
 
     @app.put("/connectors/{name}/resume", status_code=202)
@@ -179,8 +185,8 @@ def create_app() -> FastAPI:
         from airflow_connectors.engine import control
 
         ref = _ref(name)
-        control.resume(_store(), ref)
         _set_dag_paused(ref, False)
+        control.resume(_store(), ref)
         return Response(status_code=202)
 
     @app.put("/connectors/{name}/stop", status_code=204)
@@ -235,8 +241,19 @@ def create_app() -> FastAPI:
             raise ApiError(
                 400, f"unknown action {action!r}; the connector actions are 'start' and 'pause'"
             )
+        from airflow_connectors.engine import control
+
         ref = _feldera_ref(pipeline, table, connector)
-        _set_dag_paused(ref, action == "pause")
+        if action == "start":
+            # A stopped connector runs again only after an explicit resume.
+            try:
+                control.start(_store(), ref)
+            except control.ConnectorStopped as e:
+                raise ApiError(409, str(e)) from e
+            _set_dag_paused(ref, False)
+        else:
+            _set_dag_paused(ref, True)
+            control.pause(_store(), ref)
         return {}
 
     @app.get("/v0/pipelines/{pipeline}/tables/{table}/connectors/{connector}/stats")
@@ -535,7 +552,7 @@ def _tasks(ref: ConnectorRef) -> list[dict[str, Any]]:
 
 
 def _task(ref: ConnectorRef, task: int) -> dict[str, Any]:
-    for t in _tasks(ref):
+    for t in _status(ref)["tasks"]:
         if t["id"] == task:
             return {k: v for k, v in t.items() if k != "batch_id"}
     raise ApiError(
@@ -585,46 +602,57 @@ def _trigger_run(ref: ConnectorRef) -> None:
     )
 
 
+def _stopped_message(ref: ConnectorRef) -> str:
+    from airflow_connectors.engine import control
+
+    return control.stopped_message(ref)
+
+
 def _state(
     ref: ConnectorRef,
     st: ConnectorState | None,
     tasks: list[dict[str, Any]],
-    dag_paused: bool,
-) -> tuple[str, str | None]:
-    """Kafka Connect's state and the trace of a failure, from what the caller read."""
-    if st is not None and st.stopped:
-        return "STOPPED", None
-    if dag_paused or _store().pipeline_paused(ref.pipeline):
-        return "PAUSED", None
-    if st is None or st.state == "UNASSIGNED":
-        return "UNASSIGNED", None
-    if st.state == "RESTARTING":
-        return "RESTARTING", None
+    dag_paused: bool | None,
+) -> Any:
+    """The connector's view (engine.control's one derivation) from what the caller read."""
+    from airflow_connectors.engine import control
+
     # Batches run in parallel: one may fail while another commits after it. The latest
     # run's tasks say whether the connector's last ingest failed.
     failed = [t for t in tasks if t["state"] == "FAILED"]
-    if failed:
-        return "FAILED", failed[0].get("trace") or st.fatal_error
-    if st.state == "FAILED":
-        return "FAILED", st.fatal_error
-    return "RUNNING", None
+    return control.connector_view(
+        st,
+        dag_paused=dag_paused,
+        pipeline_paused=_store().pipeline_paused(ref.pipeline),
+        failed_task_trace=(failed[0].get("trace") or "") if failed else None,
+    )
 
 
 def _status(ref: ConnectorRef) -> dict[str, Any]:
+    from airflow_connectors.engine import control
+
     tasks = _tasks(ref)
-    state, trace = _state(ref, _store().status(ref), tasks, bool(_dag_paused(ref)))
-    connector: dict[str, Any] = {"state": state, "worker_id": "airflow"}
-    if trace:
-        connector["trace"] = trace
-    shown = [{k: v for k, v in t.items() if k != "batch_id"} for t in tasks]
+    view = _state(ref, _store().status(ref), tasks, _dag_paused(ref))
+    connector: dict[str, Any] = {"state": view.state.value, "worker_id": "airflow"}
+    if view.trace:
+        connector["trace"] = view.trace
+    # Kafka Connect: a stopped connector has no tasks; a paused one's are PAUSED.
+    shown = [
+        {
+            **{k: v for k, v in t.items() if k != "batch_id"},
+            "state": control.task_state(view.state, t["state"]),
+        }
+        for t in tasks
+        if view.state != control.State.STOPPED
+    ]
     return {"name": _name(ref), "connector": connector, "tasks": shown, "type": "source"}
 
 
 def _feldera_status(ref: ConnectorRef) -> dict[str, Any]:
-    """Feldera's connector status; ``paused`` is the DAG's flag, ``state`` Kafka Connect's."""
+    """Feldera's connector status; ``paused`` is the connector's own flag (its DAG's, or
+    stopped), ``state`` Kafka Connect's."""
+    from airflow_connectors.engine import control
+
     st = _store().status(ref)
-    paused = bool(_dag_paused(ref))
-    doc = (st or ConnectorState(ref=ref)).feldera_status()
-    doc["paused"] = paused
-    doc["state"] = _state(ref, st, _tasks(ref), paused)[0]
-    return doc
+    view = _state(ref, st, _tasks(ref), _dag_paused(ref))
+    return control.feldera_status(ref, st, view)

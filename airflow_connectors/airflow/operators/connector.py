@@ -129,8 +129,9 @@ def _problems(where: str, e: Any) -> str:
 
 
 class ConnectorGateOperator(BaseOperator):
-    """Skips the run (never blocks) when the pipeline is paused or ``start_after`` is not
-    satisfied: every connector carrying one of the labels must be finished."""
+    """Skips the run (never blocks) when the pipeline is paused, the connector is stopped
+    (it runs again only after resume, even if its DAG is unpaused) or ``start_after`` is
+    not satisfied: every connector carrying one of the labels must be finished."""
 
     ui_color = "#e8f0fe"
 
@@ -150,23 +151,25 @@ class ConnectorGateOperator(BaseOperator):
         self.waits_for = list(waits_for)
 
     def execute(self, context: Context) -> None:
+        from airflow_connectors.engine import control
         from airflow_connectors.engine.runner import unfinished
 
         settings = Settings.load()
         name = f"{self.pipeline}.{self.endpoint}"
+        table, _, connector = self.endpoint.partition(".")
         with state_store(settings) as store:
-            if store.pipeline_paused(self.pipeline):
-                raise AirflowSkipException(
-                    f"pipeline {self.pipeline} is paused, so connector {name} does not run; "
-                    f"resume it with `airflow-connectors pipeline {self.pipeline} resume`"
-                )
+            reason = control.gate_blocker(store, ConnectorRef(self.pipeline, table, connector))
+            if reason:
+                raise AirflowSkipException(reason)
             blocking = unfinished(store, self.pipeline, self.waits_for)
         if blocking:
             raise AirflowSkipException(
                 f"connector {name} waits (start_after {', '.join(self.start_after)}) for "
                 f"{', '.join(blocking)} to finish: end of input with nothing in flight"
             )
-        self.log.info("connector %s may run: pipeline running, start_after satisfied", name)
+        self.log.info(
+            "connector %s may run: pipeline running, not stopped, start_after satisfied", name
+        )
 
 
 class ConnectorDiscoverOperator(_ConnectorOperator):
@@ -326,9 +329,11 @@ class ConnectorFinalizeOperator(_ConnectorOperator):
 
 
 class ConnectorFinishedOperator(BaseOperator):
-    """Emits the connector's asset event, with its metrics in ``extra``, the first time
-    it is finished (end of input and nothing planned-but-uncommitted); skipped otherwise.
-    Connectors that ``start_after`` one of its labels are scheduled on this asset."""
+    """Emits the connector's asset event, with its metrics in ``extra``, once: the first
+    time it is finished (end of input and nothing planned-but-uncommitted), as Feldera
+    signals end of input once. Later runs that ingest new data and finish again skip it,
+    so a connector that ``start_after`` one of its labels (scheduled on this asset) runs
+    once per finish; editing or resetting the offsets makes a new finish."""
 
     ui_color = "#e6f4ea"
 
@@ -352,7 +357,8 @@ class ConnectorFinishedOperator(BaseOperator):
             )
         if not claimed:
             raise AirflowSkipException(
-                f"connector {ref} finished earlier and its asset event was already emitted"
+                f"connector {ref} finished earlier and its asset event was already emitted "
+                "(once per finish; resetting its offsets makes a new finish)"
             )
         context["outlet_events"][self.asset].extra.update(_metrics(st))
         self.log.info("connector %s finished: asset event on %s", ref, self.asset.uri)
