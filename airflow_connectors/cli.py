@@ -64,15 +64,18 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser(
         "connector",
-        help="start, pause, stop, restart a connector; show its stats or offsets",
+        help="start, pause, stop, resume, restart a connector; show its stats or offsets",
         description="As Feldera's `fda connector`. Talks to a running Airflow over the "
         "connector REST API (--url or AIRFLOW_CONNECTORS_API_URL), or with --local to the "
-        "embedded state store (what `airflow-connectors run` uses).",
+        "embedded state store (what `airflow-connectors run` uses); one of them is "
+        "required. A stopped connector runs again only after `resume` (`start` refuses it).",
     )
     p.add_argument("pipeline")
     p.add_argument("table")
     p.add_argument("connector")
-    p.add_argument("action", choices=["start", "pause", "stop", "stats", "restart", "offsets"])
+    p.add_argument(
+        "action", choices=["start", "pause", "stop", "resume", "stats", "restart", "offsets"]
+    )
     group = p.add_mutually_exclusive_group()
     group.add_argument("--reset", action="store_true", help="offsets: forget them all (stop first)")
     group.add_argument(
@@ -125,13 +128,27 @@ def _api_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _client(args: argparse.Namespace) -> Any:
-    """The REST client, or None for local mode."""
-    from airflow_connectors.api_client import ConnectClient
+class NoTarget(RuntimeError):
+    """Neither a running Airflow (--url) nor --local was given."""
+
+
+def _client(args: argparse.Namespace, *, required: bool = False) -> Any:
+    """The REST client, or None for local mode. ``required``: without --url (or
+    $AIRFLOW_CONNECTORS_API_URL) and without --local, refuse rather than fall back to a
+    state store nothing may be running from."""
+    from airflow_connectors.api_client import ENV_URL, ConnectClient
 
     if args.local:
         return None
-    return ConnectClient.from_env(args.url, args.username, args.password)
+    client = ConnectClient.from_env(args.url, args.username, args.password)
+    if client is None and required:
+        raise NoTarget(
+            f"no Airflow to talk to: give --url http://HOST:8080 (or set {ENV_URL}) to steer "
+            "the connector in a running Airflow, or --local to act on the embedded state "
+            "store ([connectors] state_store_url, or --state-store-url) and the DAGs of "
+            "the Airflow in $AIRFLOW_HOME, if there is one"
+        )
+    return client
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -246,7 +263,7 @@ def _stats(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    doc = st.feldera_status()
+    doc = _local_status(store, [ref])[ref]
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -282,16 +299,59 @@ def _pipeline(args: argparse.Namespace) -> int:
         if args.action != "status":
             store.set_pipeline_paused(args.pipeline, args.action == "pause")
         paused = store.pipeline_paused(args.pipeline)
-        connectors = []
-        for ref in sorted(
-            store.known_connectors(args.pipeline), key=lambda r: (r.table, r.connector)
-        ):
-            st = store.status(ref)
-            if st is not None:
-                connectors.append(st.feldera_status())
+        refs = sorted(store.known_connectors(args.pipeline), key=lambda r: (r.table, r.connector))
+        connectors = list(_local_status(store, refs).values())
     finally:
         store.close()
     return _print_pipeline(args, "PAUSED" if paused else "RUNNING", connectors)
+
+
+def _local_status(store: Any, refs: list[Any]) -> dict[Any, dict[str, Any]]:
+    """Feldera's status of each connector known to ``store``, its state derived as the
+    REST API derives it (engine.control), with the paused flags of the local Airflow's
+    DAGs when there is one."""
+    from airflow_connectors.engine import control
+
+    dags = _local_dags_paused(refs)
+    out = {}
+    for ref in refs:
+        st = store.status(ref)
+        if st is None:
+            continue
+        view = control.connector_view(
+            st, dag_paused=dags.get(ref), pipeline_paused=store.pipeline_paused(ref.pipeline)
+        )
+        out[ref] = control.feldera_status(ref, st, view)
+    return out
+
+
+def _local_dags_paused(refs: list[Any]) -> dict[Any, bool]:
+    """The paused flag of each connector's DAG in the Airflow of ``$AIRFLOW_HOME`` (when
+    there is one and it knows the DAG): under Airflow that flag is the connector's."""
+    from airflow_connectors.settings import airflow_home
+
+    if not refs or not (airflow_home() / "airflow.cfg").is_file():
+        return {}
+    try:
+        from airflow.models.dag import DagModel
+        from airflow.utils.session import create_session
+
+        ids = {f"{r.pipeline}.{r.table}.{r.connector}": r for r in refs}
+        with create_session() as session:
+            rows = (
+                session.query(DagModel.dag_id, DagModel.is_paused)
+                .filter(DagModel.dag_id.in_(list(ids)))
+                .all()
+            )
+    except Exception as e:  # no usable Airflow metadata DB: the state store alone
+        logging.getLogger(__name__).warning(
+            "could not read the DAGs' paused flags from the Airflow at %s (%s); "
+            "showing the state store's flags",
+            airflow_home(),
+            type(e).__name__,
+        )
+        return {}
+    return {ids[dag_id]: bool(paused) for dag_id, paused in rows}
 
 
 def _print_pipeline(args: argparse.Namespace, state: str, connectors: list[Any]) -> int:
@@ -321,7 +381,7 @@ def _connector(args: argparse.Namespace) -> int:
         return 2
     try:
         entries = json.loads(args.set.read_text()) if args.set else None
-        client = _client(args)
+        client = _client(args, required=True)
         doc = (
             _connector_remote(client, args, name, entries)
             if client is not None
@@ -343,8 +403,8 @@ def _connector_remote(client: Any, args: argparse.Namespace, name: str, entries:
         return client.call("POST", f"{feldera}/{args.action}")
     if args.action == "stats":
         return client.call("GET", f"{feldera}/stats")
-    if args.action == "stop":
-        return client.call("PUT", f"/connectors/{name}/stop")
+    if args.action in ("stop", "resume"):
+        return client.call("PUT", f"/connectors/{name}/{args.action}")
     if args.action == "restart":
         return client.call(
             "POST",
@@ -367,14 +427,15 @@ def _connector_local(args: argparse.Namespace, entries: Any) -> Any:
     store = StateStore(settings.state_store_url)
     try:
         if args.action == "start":
+            control.start(store, ref)  # refuses a stopped connector: resume it
+            return _local_dag_paused(ref, False)
+        elif args.action == "resume":
             control.resume(store, ref)
-            store.set_connector_paused(ref, False)
             return _local_dag_paused(ref, False)
         elif args.action == "pause":
-            store.set_connector_paused(ref, True)
+            control.pause(store, ref)
             return _local_dag_paused(ref, True)
         elif args.action == "stop":
-            store.set_connector_paused(ref, True)
             return {"released_batches": control.stop(store, ref), **_local_dag_paused(ref, True)}
         elif args.action == "restart":
             raise RuntimeError(
@@ -382,10 +443,9 @@ def _connector_local(args: argparse.Namespace, entries: Any) -> Any:
                 "`airflow-connectors run SPEC --connector TABLE.CONNECTOR`"
             )
         elif args.action == "stats":
-            st = store.status(ref)
-            if st is None:
+            if store.status(ref) is None:
                 raise RuntimeError(f"no state in {store.safe_url}; run the pipeline first")
-            return st.feldera_status()
+            return _local_status(store, [ref])[ref]
         else:
             if args.reset or entries is not None:
                 store.edit_offsets(ref, entries)

@@ -151,12 +151,58 @@ def test_connector_commands_on_the_embedded_store(tmp_path: Path) -> None:
     assert cli(*args, "stop", "--local", home=tmp_path).returncode == 0
     reset = cli(*args, "offsets", "--reset", "--local", home=tmp_path)
     assert reset.returncode == 0 and json.loads(reset.stdout) == {"offsets": []}
-    assert cli(*args, "start", "--local", home=tmp_path).returncode == 0
+    # Every surface says STOPPED (not PAUSED) for a stopped connector.
+    stopped = json.loads(cli(*args, "stats", "--local", home=tmp_path).stdout)
+    assert (stopped["state"], stopped["paused"]) == ("STOPPED", True)
+    top = cli("stats", "shop", "orders", "files", home=tmp_path)
+    assert "state: STOPPED  paused: True" in top.stdout, top.stdout
+    pipeline = json.loads(cli("pipeline", "shop", "status", "--json", home=tmp_path).stdout)
+    assert [c["state"] for c in pipeline["connectors"]] == ["STOPPED"]
+    # Feldera's start does not undo a stop: only resume does (Kafka Connect).
+    start = cli(*args, "start", "--local", home=tmp_path)
+    assert start.returncode == 1 and "runs again only after resume" in start.stderr
+    assert "Traceback" not in start.stderr
+    assert cli(*args, "resume", "--local", home=tmp_path).returncode == 0
     stats = json.loads(cli(*args, "stats", "--local", home=tmp_path).stdout)
     assert stats["endpoint_name"] == "orders.files" and stats["paused"] is False
-    assert stats["metrics"]["total_records"] == 3
+    assert stats["state"] == "RUNNING" and stats["metrics"]["total_records"] == 3
+    assert cli(*args, "pause", "--local", home=tmp_path).returncode == 0
+    paused = json.loads(cli(*args, "stats", "--local", home=tmp_path).stdout)
+    assert (paused["state"], paused["paused"]) == ("PAUSED", True)
 
     restart = cli(*args, "restart", "--local", home=tmp_path)
     assert restart.returncode == 1 and "airflow-connectors run SPEC --connector" in restart.stderr
     unknown = cli("connector", "shop", "orders", "nope", "stats", "--local", home=tmp_path)
     assert unknown.returncode == 1 and "run the pipeline first" in unknown.stderr
+
+
+def test_connector_without_a_target_refuses(tmp_path: Path) -> None:
+    out = cli("connector", "shop", "orders", "files", "pause", home=tmp_path)
+    assert out.returncode != 0 and out.stdout == ""
+    assert "no Airflow to talk to: give --url" in out.stderr and "--local" in out.stderr
+    assert not (tmp_path / "connectors").exists()  # no state store was created
+
+
+def test_run_skips_a_connector_another_run_is_planning(tmp_path: Path) -> None:
+    from airflow_connectors.state.store import ConnectorRef, StateStore
+
+    spec = tmp_path / "p.yaml"
+    spec.write_text(
+        "pipeline: p\n"
+        "tables:\n"
+        "  t:\n"
+        "    columns: {id: BIGINT}\n"
+        "    connectors:\n"
+        "      - name: c\n"
+        "        transport: {name: datagen, config: {plan: [{limit: 3}]}}\n"
+    )
+    (tmp_path / "connectors").mkdir()
+    store = StateStore(f"sqlite:///{tmp_path / 'connectors' / 'state.db'}")
+    assert store.acquire_lease(ConnectorRef("p", "t", "c"), "another-run")
+    store.close()
+    out = cli("run", str(spec), home=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    told = [line for line in out.stderr.splitlines() if "another run" in line]
+    assert len(told) == 1 and "connector p.t.c is being planned by another run" in told[0]
+    assert "t.c: busy, +0 records" in out.stdout
