@@ -199,8 +199,13 @@ def test_dag_test_lands_rows_once_and_idles_without_spark(
 
     more = json_files(tmp_path / "src", files=1, rows=10, start=5000)
     third = dag.test()
-    assert ingest_runs(task_states(third)) == [0]
+    states = task_states(third)
+    assert ingest_runs(states) == [0]
     assert table_ids(connectors_env, "once", "events") == sorted(ids + more)
+    # New data ingested and end of input reached again: the same finish, so no second
+    # event and a start_after dependent does not run again.
+    assert states[("finished", -1)] == "skipped"
+    assert len(asset_event_extras("connector://once/events/files")) == 1
 
 
 def test_gate_skips_while_pipeline_paused_or_start_after_unfinished(
@@ -240,6 +245,17 @@ def test_gate_skips_while_pipeline_paused_or_start_after_unfinished(
     assert table_ids(connectors_env, "gated", "events") == []
 
     store.set_pipeline_paused("gated", False)
+    # A stopped connector does not run, whatever its DAG's flag, until it is resumed.
+    from airflow_connectors.engine import control
+    from airflow_connectors.state.store import ConnectorRef
+
+    files = ConnectorRef("gated", "events", "files")
+    control.stop(store, files)
+    stopped = task_states(dags["gated.events.files"].test())
+    assert stopped[("gate", -1)] == "skipped" and stopped[("discover", -1)] == "skipped"
+    assert table_ids(connectors_env, "gated", "events") == []
+    control.resume(store, files)
+
     early = dags["gated.events.more"].test()  # the labelled connector has not finished
     assert task_states(early)[("gate", -1)] == "skipped"
 
@@ -363,3 +379,19 @@ def test_local_cli_pauses_the_dag_in_the_local_airflow(
     assert paused() is True
     assert cli("start") == {"airflow": "DAG localcli.t.gen unpaused"}
     assert paused() is False
+
+    # Paused in Airflow (the UI toggle), not through the CLI: the CLI says PAUSED, as the
+    # REST API does, for `connector ... stats --local` and `stats`.
+    with create_session() as session:
+        dag = session.get(DagModel, "localcli.t.gen")
+        assert dag is not None
+        dag.is_paused = True
+    stats = cli("stats")
+    assert (stats["state"], stats["paused"]) == ("PAUSED", True)
+    top = subprocess.run(
+        [sys.executable, "-m", "airflow_connectors.cli", "stats", "localcli", "t", "gen"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "state: PAUSED  paused: True" in top.stdout, top.stderr[-2000:]
