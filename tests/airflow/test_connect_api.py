@@ -211,6 +211,41 @@ def test_offsets_edit_only_when_stopped_then_reread(api: Api) -> None:
     )
 
 
+def test_stopped_connector_runs_only_after_resume(api: Api) -> None:
+    """Kafka Connect's transitions, enforced by the API and by the gate (runs after
+    test_offsets_edit_only_when_stopped_then_reread: the latest run has an ingest task)."""
+    af, name = api.airflow, "api.events.files"
+    feldera = "/v0/pipelines/api/tables/events/connectors/files"
+    before = api.rows("events")
+    assert api("PUT", f"/connectors/{name}/pause").status_code == 202
+    paused = api("GET", f"/connectors/{name}/status").json()
+    assert paused["connector"]["state"] == "PAUSED"
+    assert paused["tasks"] and {t["state"] for t in paused["tasks"]} == {"PAUSED"}
+
+    assert api("PUT", f"/connectors/{name}/stop").status_code == 204
+    stopped = api("GET", f"/connectors/{name}/status").json()
+    assert stopped["connector"]["state"] == "STOPPED" and stopped["tasks"] == []
+    refused = api("POST", f"{feldera}/start")
+    assert refused.status_code == 409 and "only after resume" in refused.json()["message"]
+    assert api.dag_paused(name) is True
+    assert api("POST", f"/connectors/{name}/restart").status_code == 409
+
+    # Unpausing the DAG in Airflow (the UI toggle) does not run it: the gate skips.
+    af.set_paused(name, False)
+    run_id = af.trigger(name)
+    assert af.wait_run(name, run_id)["state"] == "success"
+    gate = {ti["task_id"]: ti["state"] for ti in af.task_instances(name, run_id)}["gate"]
+    assert gate == "skipped"
+    stats = api("GET", f"{feldera}/stats").json()
+    assert (stats["state"], stats["paused"]) == ("STOPPED", True)
+    assert api.rows("events") == before
+
+    assert api("PUT", f"/connectors/{name}/resume").status_code == 202
+    assert api.dag_paused(name) is False
+    resumed = api("GET", f"{feldera}/stats").json()
+    assert (resumed["state"], resumed["paused"]) == ("RUNNING", False)
+
+
 def test_failed_task_shows_trace_and_restarts_alone(api: Api) -> None:
     af, name = api.airflow, "api.events.flaky"
     run_id = af.trigger(name)
@@ -424,6 +459,13 @@ def test_connectors_page_in_a_browser(api: Api) -> None:
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, row)))
         cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, f"{row} td")]
         assert cells[0] == "numbers.c2" and cells[1] in ("RUNNING", "UNASSIGNED")
+        gen = [
+            td.text
+            for td in browser.find_elements(
+                By.CSS_SELECTOR, 'tr[data-connector="api.events.gen"] td'
+            )
+        ]
+        assert gen[8] == "start_after events.loaded"  # the trigger column, not "manual"
         paused_row = browser.find_element(
             By.CSS_SELECTOR, 'tr[data-connector="numbers.numbers.c1"]'
         )
