@@ -22,6 +22,7 @@ from typing import Any
 from airflow_connectors.engine import failpoints
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.engine.reader import ingest_partition
+from airflow_connectors.spec.redact import mask_text, secret_values
 from airflow_connectors.state.store import ErrorRecord, ItemReceipt, StateStore
 
 log = logging.getLogger(__name__)
@@ -127,8 +128,13 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
 
 
 def _failure(exc: Exception, ctx: BatchContext, batch_id: int) -> tuple[str, str]:
-    """The user-facing message inside a Spark/Python worker traceback."""
-    text = str(exc)
+    """The user-facing message inside a Spark/Python worker traceback, with the
+    connector's secrets masked (it is stored, shown by the REST API and logged)."""
+    message, kind = _failure_line(str(exc), ctx, batch_id)
+    return mask_text(message, secret_values(ctx.connector.model_dump(mode="json"))), kind
+
+
+def _failure_line(text: str, ctx: BatchContext, batch_id: int) -> tuple[str, str]:
     for marker, kind in (
         ("RecordRejected: ", "parse"),
         ("FileNotFoundError: ", "transport"),
@@ -138,5 +144,5 @@ def _failure(exc: Exception, ctx: BatchContext, batch_id: int) -> tuple[str, str
         if marker in text:
             line = text.split(marker, 1)[1].splitlines()[0]
             return line, kind
-    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    first = text.strip().splitlines()[0] if text.strip() else "unknown error"
     return f"connector {ctx.ref}: batch {batch_id} failed: {first}", "transport"

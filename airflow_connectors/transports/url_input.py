@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from pydantic import Field, field_validator
 
+from airflow_connectors.spec.redact import mask_url
 from airflow_connectors.transports.base import Cursor, Limits, StrictConfig, Transport, WorkItem
 
 
@@ -21,7 +22,7 @@ class UrlInputConfig(StrictConfig):
     @classmethod
     def _http_only(cls, v: str) -> str:
         if not v.startswith(("http://", "https://")):
-            raise ValueError(f"expected an http:// or https:// URL, got {v!r}")
+            raise ValueError(f"expected an http:// or https:// URL, got {mask_url(v)!r}")
         return v
 
 
@@ -51,7 +52,7 @@ class UrlInputTransport(Transport):
                 return
             if not 200 <= resp.status_code < 300:
                 raise OSError(
-                    f"url_input: GET {item.key} answered HTTP {resp.status_code}; expected 2xx"
+                    f"url_input: GET {mask_url(item.key)} answered HTTP {resp.status_code}; expected 2xx"
                 )
             skip = 0
             if item.start:
@@ -59,7 +60,7 @@ class UrlInputTransport(Transport):
                     first = _range_start(resp.headers.get("content-range", ""))
                     if first > item.start:
                         raise OSError(
-                            f"url_input: GET {item.key} returned bytes from {first}, past the requested offset {item.start}"
+                            f"url_input: GET {mask_url(item.key)} returned bytes from {first}, past the requested offset {item.start}"
                         )
                     skip = item.start - first
                 else:  # 200: the server ignored Range; drop what was already read
@@ -73,7 +74,7 @@ class UrlInputTransport(Transport):
                     yield chunk
 
     def describe(self) -> str:
-        return f"url_input: {self.config.path}"
+        return f"url_input: {mask_url(self.config.path)}"
 
 
 def _range_start(content_range: str) -> int:

@@ -319,6 +319,9 @@ def test_spark_connection_defaults_to_local_never_yarn(connectors_env: dict[str,
     hook = op._get_hook()
     assert hook._connection["master"] == "local[2]"  # [connectors] spark_master, not yarn
     assert hook._conf["spark.driver.bindAddress"] == "127.0.0.1"
+    # The hook knew the master when it was built: no YARN-only --conf on the command line.
+    command = " ".join(hook._build_spark_submit_command("app.py"))
+    assert "--master local[2]" in command and "yarn" not in command
 
     named = ConnectorIngestOperator(
         task_id="ingest", batch_id=1, pipeline="p", endpoint="t.c", conn_id="my_cluster"

@@ -30,3 +30,27 @@ def spark_submit_binary() -> str:
     tasks work even when the virtual environment is not on ``PATH``."""
     beside = os.path.join(os.path.dirname(sys.executable), "spark-submit")
     return beside if os.access(beside, os.X_OK) else "spark-submit"
+
+
+def connection_master(conn_id: str) -> str:
+    """The master URL a ``spark`` connection names (host, or ``type://host:port``), as
+    the Spark provider's hook reads it."""
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    host = conn.host or ""
+    if conn.conn_type == "spark" and host and ("://" in host or not conn.port):
+        master = host
+    else:
+        master = f"{conn.conn_type}://{host}"
+    return f"{master}:{conn.port}" if conn.port else master
+
+
+def define_local_connection(conn_id: str, master: str) -> None:
+    """Provide ``conn_id`` as a ``spark`` connection to ``master`` for this process (an
+    ``AIRFLOW_CONN_*`` environment variable, Airflow's own way to define connections)."""
+    import json
+
+    os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(
+        {"conn_type": "spark", "host": master}
+    )

@@ -9,6 +9,7 @@ finishing.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -22,16 +23,20 @@ from airflow.sdk.exceptions import (
     AirflowNotFoundException,
     AirflowSkipException,
 )
+from airflow.sdk.log import mask_secret
 
 from airflow_connectors.airflow.hooks.spark import (
     DEFAULT_CONN_ID,
     connection_exists,
+    connection_master,
+    define_local_connection,
     spark_submit_binary,
 )
 from airflow_connectors.engine.spark import DRIVER_JAVA_OPTIONS
 from airflow_connectors.settings import Settings
 from airflow_connectors.spec.models import ConnectorSpec, TableSpec
-from airflow_connectors.state.store import ConnectorRef, StateStore
+from airflow_connectors.spec.redact import secret_fields, secret_values
+from airflow_connectors.state.store import ConnectorRef, ConnectorStopped, StateStore
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset, Context
@@ -77,6 +82,23 @@ class _ConnectorOperator(BaseOperator):
     @property
     def ref(self) -> ConnectorRef:
         return ConnectorRef(self.pipeline, self.table["name"], self.connector["name"])
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """Render the configs, then register every secret in them (URL passwords, fields
+        named or marked secret) with Airflow's secrets masker, before Airflow stores the
+        rendered fields or writes a log line: the UI, the task log and tracebacks show
+        ``***`` instead."""
+        super().render_template_fields(context, jinja_env)
+        for secret in self.secrets():
+            mask_secret(secret)
+
+    def secrets(self) -> set[str]:
+        """The secrets of the connector's configs, as written and as rendered."""
+        rendered = {
+            "transport": {**self.connector["transport"], "config": self.transport_config},
+            "format": {**(self.connector.get("format") or {}), "config": self.format_config},
+        }
+        return plan_secrets({"connector": self.connector}) | plan_secrets({"connector": rendered})
 
     @property
     def templated(self) -> bool:
@@ -192,7 +214,9 @@ class ConnectorDiscoverOperator(_ConnectorOperator):
                     own_slice_only=self.templated,
                 )
             except LeaseBusy as e:
-                raise RuntimeError(str(e)) from e  # retried by the task's retries
+                raise AirflowSkipException(f"{e}; this run skips, the other one ingests") from None
+            except ConnectorStopped as e:
+                raise AirflowSkipException(str(e)) from None
         if found.batch_ids:
             self.log.info(
                 "connector %s: %d batch(es) to ingest: %s (%d new work item(s))",
@@ -258,12 +282,24 @@ class ConnectorIngestOperator(SparkSubmitOperator):
 
     def execute(self, context: Context) -> None:
         settings = Settings.load()
-        # The job finds the batch plan in the state store; the URL travels in the
-        # environment so credentials never appear on the logged command line.
-        self.env_vars = {
-            **(self.env_vars or {}),
-            "AIRFLOW__CONNECTORS__STATE_STORE_URL": settings.state_store_url,
-        }
+        # The job finds the batch plan in the state store. Its URL may carry a password,
+        # so it reaches spark-submit only through this task process's environment, which
+        # the child inherits: never an argument, a --conf, a template field or XCom.
+        mask_secret(settings.state_store_url)
+        for secret in secret_values(settings.state_store_url):
+            mask_secret(secret)
+        os.environ["AIRFLOW__CONNECTORS__STATE_STORE_URL"] = settings.state_store_url
+        with state_store(settings) as store:
+            try:
+                plan = store.load_batch(self.batch_id).plan
+            except KeyError:
+                raise AirflowSkipException(
+                    f"connector {self.pipeline}.{self.endpoint}: batch {self.batch_id} was "
+                    "released (the connector was stopped after it was planned); nothing to ingest"
+                ) from None
+        # spark-submit's output (errors of the job) may quote the source's config.
+        for secret in plan_secrets(plan):
+            mask_secret(secret)
         self.log.info(
             "connector %s.%s: ingesting batch %d", self.pipeline, self.endpoint, self.batch_id
         )
@@ -280,28 +316,35 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         )
 
     def _get_hook(self) -> Any:
-        missing = not connection_exists(self._conn_id)
-        if missing and self._conn_id != DEFAULT_CONN_ID:
+        """The stock hook, configured through Airflow's public surfaces before it is built:
+        it decides at construction whether the master is YARN (and then puts the
+        environment on the command line), so the master must be known by then."""
+        conn_id = self._conn_id
+        if connection_exists(conn_id):
+            master = connection_master(conn_id)
+        elif conn_id != DEFAULT_CONN_ID:
             raise AirflowNotFoundException(
-                f"connector {self.pipeline}.{self.endpoint}: Spark connection {self._conn_id!r} "
+                f"connector {self.pipeline}.{self.endpoint}: Spark connection {conn_id!r} "
                 "does not exist; create it (type spark, host = the master URL such as "
                 f"spark://host:7077) or drop conn_id to run on local Spark"
             )
-        hook = super()._get_hook()
-        if missing:
-            # The stock hook falls back to `yarn` for a missing connection; ours is local.
-            hook._connection["master"] = Settings.load().spark_master
+        else:
+            # The stock hook falls back to `yarn` for a missing connection; ours is the
+            # configured local master, provided as an Airflow connection for this task.
+            master = Settings.load().spark_master
+            define_local_connection(conn_id, master)
             self.log.info(
-                "no connection %r: running on %s ([connectors] spark_master)",
-                self._conn_id,
-                hook._connection["master"],
+                "no connection %r: running on %s ([connectors] spark_master)", conn_id, master
             )
-        if str(hook._connection["master"]).startswith("local"):
+        if master.startswith("local"):
             # Local Spark talks to itself only: bind the driver to loopback.
-            for key in ("spark.driver.host", "spark.driver.bindAddress"):
-                hook._conf.setdefault(key, "127.0.0.1")
-            hook._env_vars = {**(hook._env_vars or {}), "SPARK_LOCAL_IP": "127.0.0.1"}
-        return hook
+            self.conf = {
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+                **(self.conf or {}),
+            }
+            self.env_vars = {**(self.env_vars or {}), "SPARK_LOCAL_IP": "127.0.0.1"}
+        return super()._get_hook()
 
 
 class ConnectorFinalizeOperator(_ConnectorOperator):
@@ -373,3 +416,20 @@ def _metrics(st: Any) -> dict[str, Any]:
         "num_transport_errors": st.num_transport_errors,
         "end_of_input": st.end_of_input,
     }
+
+
+def plan_secrets(plan: dict[str, Any]) -> set[str]:
+    """Every secret in a batch plan's connector config (see :mod:`..spec.redact`)."""
+    from airflow_connectors.formats import FORMATS
+    from airflow_connectors.transports import TRANSPORTS
+
+    connector = plan.get("connector") or {}
+    found = secret_values(connector)
+    transport, fmt = connector.get("transport") or {}, connector.get("format") or {}
+    if str(transport.get("name")) in TRANSPORTS:
+        found |= secret_values(
+            transport.get("config"), secret_fields(TRANSPORTS.get(transport["name"]).Config)
+        )
+    if str(fmt.get("name")) in FORMATS:
+        found |= secret_values(fmt.get("config"), secret_fields(FORMATS.get(fmt["name"]).Config))
+    return found
