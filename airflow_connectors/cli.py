@@ -153,16 +153,18 @@ def _client(args: argparse.Namespace, *, required: bool = False) -> Any:
 
 def _load(args: argparse.Namespace) -> Any:
     from airflow_connectors.spec import SpecValidationError, load_pipeline
+    from airflow_connectors.spec.redact import mask_text
 
     try:
         return load_pipeline(args.spec, pipeline=args.pipeline)
     except SpecValidationError as e:
         for err in e.errors:
-            print(f"{args.spec}: {err}", file=sys.stderr)
+            print(mask_text(f"{args.spec}: {err}"), file=sys.stderr)
         return None
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from airflow_connectors.spec.redact import mask_text, secret_values
     from airflow_connectors.transports import TRANSPORTS
 
     spec = _load(args)
@@ -182,9 +184,8 @@ def _validate(args: argparse.Namespace) -> int:
             )
             if f
         ]
-        print(
-            f"{spec.name}.{table.name}.{c.name}: {transport.describe()}{fmt} tasks_max={c.tasks_max} errors={c.errors.tolerance}{' ' + ' '.join(flags) if flags else ''}"
-        )
+        line = f"{spec.name}.{table.name}.{c.name}: {transport.describe()}{fmt} tasks_max={c.tasks_max} errors={c.errors.tolerance}{' ' + ' '.join(flags) if flags else ''}"
+        print(mask_text(line, secret_values(c.model_dump(mode="json"))))
     return 0
 
 

@@ -56,11 +56,14 @@ class StandaloneAirflow:
         env: Mapping[str, str] | None = None,
         log_file: Path | None = None,
         metadata_db: str | None = None,
+        users: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
         self.home = Path(home).resolve()
         self.dags_folder = Path(dags_folder).resolve()
         self.port = port or free_port()
         self.password = password
+        #: Users besides ``admin``: name -> (simple auth manager role, password).
+        self.users = dict(users or {})
         self.log_file = log_file or self.home / "standalone.log"
         self.url = f"http://127.0.0.1:{self.port}"
         bin_dir = os.path.dirname(sys.executable)
@@ -83,6 +86,10 @@ class StandaloneAirflow:
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             **(env or {}),
         }
+        if self.users:
+            self.env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = ",".join(
+                ["admin:admin", *(f"{name}:{role}" for name, (role, _) in self.users.items())]
+            )
         if metadata_db:
             # A PostgreSQL metadata DB (what production uses): no single-file locking.
             # Airflow derives its async URL as postgresql+asyncpg, which is not installed;
@@ -108,7 +115,7 @@ class StandaloneAirflow:
         self.home.mkdir(parents=True, exist_ok=True)
         # Pin the admin password instead of a generated one.
         (self.home / "simple_auth_manager_passwords.json.generated").write_text(
-            json.dumps({"admin": self.password})
+            json.dumps({"admin": self.password, **{n: pw for n, (_, pw) in self.users.items()}})
         )
         self._log = open(self.log_file, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
@@ -182,14 +189,16 @@ class StandaloneAirflow:
     @property
     def client(self) -> httpx.Client:
         if self._client is None:
-            client = httpx.Client(base_url=self.url, timeout=30)
-            token = client.post(
-                "/auth/token", json={"username": "admin", "password": self.password}
-            )
-            token.raise_for_status()
-            client.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
-            self._client = client
+            self._client = self.client_for("admin", self.password)
         return self._client
+
+    def client_for(self, username: str, password: str) -> httpx.Client:
+        """A REST client logged in as ``username``."""
+        client = httpx.Client(base_url=self.url, timeout=30)
+        token = client.post("/auth/token", json={"username": username, "password": password})
+        token.raise_for_status()
+        client.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+        return client
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         resp = self.client.request(method, path, **kwargs)

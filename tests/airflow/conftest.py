@@ -110,7 +110,13 @@ def e2e(tmp_path_factory: pytest.TempPathFactory, pg_database: Any) -> Iterator[
         # would cost a fifth of a core on a 2-core machine.
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",
     }
-    airflow = StandaloneAirflow(root / "home", root / "dags", env=env, metadata_db=pg_database())
+    airflow = StandaloneAirflow(
+        root / "home",
+        root / "dags",
+        env=env,
+        metadata_db=pg_database(),
+        users={"reader": ("viewer", "reader-pw")},  # read-only, for the authorization tests
+    )
     airflow.start()
     try:
         yield EndToEnd(root, airflow)

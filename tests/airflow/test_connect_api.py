@@ -535,3 +535,135 @@ def test_openapi_document_and_no_server_errors_under_fuzzing(api: Api) -> None:
     assert failures == []
     assert len(statuses) >= 5 * len(operations)  # it really sent requests
     print(f"\nfuzzed {len(operations)} operations with {len(statuses)} requests: no 5xx")
+
+
+STEERING = [
+    ("PUT", "/connectors/api.events.files/pause", None),
+    ("PUT", "/connectors/api.events.files/resume", None),
+    ("PUT", "/connectors/api.events.files/stop", None),
+    ("POST", "/connectors/api.events.files/restart", None),
+    ("POST", "/connectors/api.events.files/tasks/0/restart", None),
+    ("PATCH", "/connectors/api.events.files/offsets", {"offsets": []}),
+    ("DELETE", "/connectors/api.events.files/offsets", None),
+    ("POST", "/v0/pipelines/api/tables/events/connectors/files/start", None),
+    ("POST", "/v0/pipelines/api/tables/events/connectors/files/pause", None),
+    ("POST", "/v0/pipelines/api/pause", None),
+    ("POST", "/v0/pipelines/api/resume", None),
+]
+
+
+def test_read_only_user_reads_but_cannot_steer(api: Api) -> None:
+    """A viewer (DAG read access only) sees connectors but every change answers 403, as
+    Airflow's own pause endpoint does; the OpenAPI document and docs need a login."""
+    reader = api.airflow.client_for("reader", "reader-pw")
+    name = "api.events.files"
+    assert name in reader.get("/connect/connectors").json()
+    assert reader.get(f"/connect/connectors/{name}/status").status_code == 200
+    assert reader.get(f"/connect/connectors/{name}/config").status_code == 200
+    assert reader.get("/connect/v0/pipelines/api/stats").status_code == 200
+    before = api("GET", f"/connectors/{name}/status").json()["connector"]["state"]
+    paused_before = api.dag_paused(name)
+    for method, path, body in STEERING:
+        answer = reader.request(method, f"/connect{path}", json=body)
+        assert answer.status_code == 403, (method, path, answer.text)
+        assert answer.json()["error_code"] == 403
+        assert "edit access" in answer.json()["message"]
+    assert api("GET", f"/connectors/{name}/status").json()["connector"]["state"] == before
+    assert api.dag_paused(name) == paused_before
+    for path in ("/connect/openapi.json", "/connect/docs"):
+        assert httpx.get(f"{api.airflow.url}{path}", timeout=30).status_code == 401
+        assert reader.get(path).status_code == 200
+    assert "/connectors/{name}/pause" in reader.get("/connect/openapi.json").json()["paths"]
+
+
+PASSWORD = "Rest-S3cret-4711"
+
+
+def test_secrets_masked_on_every_rest_surface(api: Api, http_server: Any, tmp_path: Path) -> None:
+    """A source URL with a password: configs, info, offset keys, traces, the stats the
+    Connectors page shows, and validate (REST and CLI) show it masked; offsets edited
+    with the masked key still act on the real one."""
+    import subprocess
+    import sys
+
+    http_server.files["/hush/rows.json"] = b'{"id": 1}\n{"id": 2}\n'
+
+    def url(path: str) -> str:
+        return http_server.url(path).replace("http://", f"http://reader:{PASSWORD}@")
+
+    def connector(name: str, path: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "transport": {"name": "url_input", "config": {"path": url(path)}},
+            "format": {"name": "json", "config": {"update_format": "raw"}},
+        }
+
+    spec = {
+        "pipeline": "hushapi",
+        "tables": {
+            "rows": {
+                "columns": COLUMNS,
+                "connectors": [
+                    connector("good", "/hush/rows.json"),
+                    connector("broken", "/hush/gone.json"),
+                ],
+            }
+        },
+    }
+    af = api.airflow
+    api.e2e.add(
+        {"hushapi.yaml": yaml.safe_dump(spec)}, ["hushapi.rows.good", "hushapi.rows.broken"]
+    )
+    runs = {dag: af.trigger(dag) for dag in ("hushapi.rows.good", "hushapi.rows.broken")}
+    assert af.wait_run("hushapi.rows.good", runs["hushapi.rows.good"])["state"] == "success"
+    assert af.wait_run("hushapi.rows.broken", runs["hushapi.rows.broken"])["state"] == "failed"
+
+    good, broken = "hushapi.rows.good", "hushapi.rows.broken"
+    seen: list[str] = []
+
+    def get(path: str) -> Any:
+        answer = api("GET", path)
+        assert answer.status_code == 200, answer.text
+        seen.append(answer.text)
+        return answer.json()
+
+    config = get(f"/connectors/{good}/config")
+    assert config["transport"]["config"]["path"] == url("/hush/rows.json").replace(PASSWORD, "***")
+    get(f"/connectors/{good}")
+    get("/connectors?expand=info&expand=status")
+    offsets = get(f"/connectors/{good}/offsets")["offsets"]
+    assert [o["key"] for o in offsets] == [url("/hush/rows.json").replace(PASSWORD, "***")]
+    status = get(f"/connectors/{broken}/status")
+    assert status["connector"]["state"] == "FAILED"
+    assert "gone.json" in status["connector"]["trace"] and "***" in status["connector"]["trace"]
+    get(f"/connectors/{broken}/tasks/0/status")
+    get("/v0/pipelines/hushapi/stats")  # what the Connectors page shows, latest errors too
+    get("/v0/pipelines/hushapi/tables/rows/connectors/broken/stats")
+
+    # Offsets are edited with the key as shown; the real key is kept.
+    assert api("PUT", f"/connectors/{good}/stop").status_code == 204
+    edit = api(
+        "PATCH", f"/connectors/{good}/offsets", json={"offsets": [{**offsets[0], "records": 2}]}
+    )
+    assert edit.status_code == 200, edit.text
+    assert get(f"/connectors/{good}/offsets")["offsets"] == [{**offsets[0], "records": 2}]
+    assert api("PUT", f"/connectors/{good}/resume").status_code == 202
+
+    checked = api(
+        "PUT",
+        "/connector-plugins/url_input/config/validate",
+        json={"path": url("/x.json"), "timeout": -1},
+    )
+    assert checked.status_code == 200 and checked.json()["error_count"] == 1
+    seen.append(checked.text)
+    spec_file = tmp_path / "hushapi.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    cli = subprocess.run(
+        [sys.executable, "-m", "airflow_connectors.cli", "validate", str(spec_file)],
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 0 and "hushapi.rows.good" in cli.stdout, cli.stderr
+    seen.append(cli.stdout + cli.stderr)
+    for text in seen:
+        assert PASSWORD not in text

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import Body, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_connectors import __version__
 from airflow_connectors.settings import Settings
+from airflow_connectors.spec.redact import mask_config, mask_text, mask_url, secret_fields
 from airflow_connectors.state.store import (
     ConnectorNotStopped,
     ConnectorRef,
@@ -60,18 +61,72 @@ def _store() -> StateStore:
 
 
 def _auth() -> list[Any]:
+    """Every route needs a logged-in user (a token or the UI's cookie) and, for a
+    connector, the access Airflow's own DAG endpoints need on its DAG: reading needs DAG
+    read access, any change (pause, stop, restart, offsets) DAG edit access."""
     from airflow.api_fastapi.core_api.security import get_user
 
-    return [Depends(get_user)]
+    async def authorize(request: Request, user: Any = Depends(get_user)) -> None:  # noqa: B008
+        request.state.connect_user = user
+        dag_ids = _dag_ids_of(request.path_params)
+        if not dag_ids or request.url.path.endswith("/config/validate"):
+            return  # listings, plugins and the page: login only
+        method: Literal["GET", "PUT"] = "GET" if request.method in ("GET", "HEAD") else "PUT"
+        denied = [d for d in dag_ids if not _may(user, method, d)]
+        if denied:
+            what = "read" if method == "GET" else "change"
+            raise ApiError(
+                403,
+                f"user {user.get_name()!r} may not {what} connector(s) {', '.join(denied)}: "
+                f"that needs DAG {'read' if method == 'GET' else 'edit'} access to their "
+                "DAG(s) in Airflow; ask an admin for a role that has it",
+            )
+
+    return [Depends(authorize)]
+
+
+def _dag_ids_of(params: dict[str, Any]) -> list[str]:
+    """The connector DAGs a request acts on, from its path parameters."""
+    if "name" in params:
+        return [_name(_ref(params["name"]))]
+    if "connector" in params:
+        return [_name(_feldera_ref(params["pipeline"], params["table"], params["connector"]))]
+    if "pipeline" in params:
+        return [_name(r) for r in _store().catalog(params["pipeline"])]
+    return []
+
+
+def _may(user: Any, method: Literal["GET", "PUT"], dag_id: str) -> bool:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+    from airflow.models.dag import DagModel
+
+    team = DagModel.get_team_name(dag_id) if hasattr(DagModel, "get_team_name") else None
+    details = DagDetails(id=dag_id, team_name=team) if team else DagDetails(id=dag_id)
+    return bool(get_auth_manager().is_authorized_dag(method=method, details=details, user=user))
 
 
 def create_app() -> FastAPI:
+    from fastapi.openapi.docs import get_swagger_ui_html
+
     app = FastAPI(
         title="airflow-connectors",
         description="Manage connectors: Kafka Connect and Feldera shapes.",
         version="0.1.0",
         dependencies=_auth(),
+        # Served below, behind the same login as every other route.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi() -> dict[str, Any]:
+        return app.openapi()
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="openapi.json", title="airflow-connectors API")
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -100,8 +155,10 @@ def create_app() -> FastAPI:
     # --- Kafka Connect shape ----------------------------------------------------------
 
     @app.get("/connectors")
-    def list_connectors(expand: list[str] = Query(default=[])) -> Any:  # noqa: B008
-        names = [_name(ref) for ref in _store().catalog()]
+    def list_connectors(request: Request, expand: list[str] = Query(default=[])) -> Any:  # noqa: B008
+        # Only the connectors whose DAG the user may read.
+        user = request.state.connect_user
+        names = [_name(ref) for ref in _store().catalog() if _may(user, "GET", _name(ref))]
         if not expand:
             return names
         out: dict[str, Any] = {}
@@ -201,7 +258,8 @@ def create_app() -> FastAPI:
     @app.get("/connectors/{name}/offsets")
     def get_offsets(name: str) -> dict[str, Any]:
         ref = _ref(name)
-        return {"offsets": _store().offsets(ref)}
+        # Keys are shown masked (a URL's password); PATCH accepts them as shown.
+        return {"offsets": [{**o, "key": mask_url(o["key"])} for o in _store().offsets(ref)]}
 
     @app.patch("/connectors/{name}/offsets")
     def patch_offsets(name: str, body: OffsetsPatch) -> dict[str, Any]:
@@ -338,7 +396,21 @@ def _feldera_ref(pipeline: str, table: str, connector: str) -> ConnectorRef:
 
 
 def _config(ref: ConnectorRef) -> dict[str, Any]:
-    return dict(_store().catalog(ref.pipeline)[ref]["connector"])
+    """The connector's config as users may see it: secrets masked."""
+    return masked_connector(_store().catalog(ref.pipeline)[ref]["connector"])
+
+
+def masked_connector(connector: dict[str, Any]) -> dict[str, Any]:
+    """A connector config with URL passwords and secret fields masked, including those
+    its transport or format model marks secret."""
+    out = dict(mask_config(connector))
+    for part, registry in (("transport", "source"), ("format", "converter")):
+        doc = connector.get(part)
+        if isinstance(doc, dict) and isinstance(doc.get("config"), dict):
+            plugins = dict(_registries())[registry]
+            model = plugins.get(doc["name"]).Config if doc.get("name") in plugins else None
+            out[part] = {**out[part], "config": mask_config(doc["config"], secret_fields(model))}
+    return out
 
 
 def _info(ref: ConnectorRef) -> dict[str, Any]:
@@ -417,12 +489,13 @@ def _validate(plugin: str, config: type[BaseModel], values: dict[str, Any]) -> d
             errors.setdefault(field, []).append(err["msg"])
     definitions = _definitions(config)
     known = {d["name"] for d in definitions}
+    shown = mask_config(values, secret_fields(config))  # never echo a secret
     configs = [
         {
             "definition": {**d, "group": plugin, "order": i},
             "value": {
                 "name": d["name"],
-                "value": values.get(d["name"], d["default_value"]),
+                "value": shown.get(d["name"], d["default_value"]),
                 "errors": errors.get(d["name"], []),
                 "recommended_values": [],
                 "visible": True,
@@ -436,7 +509,7 @@ def _validate(plugin: str, config: type[BaseModel], values: dict[str, Any]) -> d
                 "definition": {"name": field, "type": "STRING", "required": False, "group": plugin},
                 "value": {
                     "name": field,
-                    "value": values.get(field),
+                    "value": shown.get(field),
                     "errors": errors[field],
                     "recommended_values": [],
                     "visible": True,
@@ -483,6 +556,21 @@ def _set_dag_paused(ref: ConnectorRef, paused: bool) -> None:
 
 
 def _edit_offsets(ref: ConnectorRef, entries: list[dict[str, Any]] | None) -> None:
+    if entries:
+        # Users see keys masked: map each masked key back to the one real key it shows.
+        real: dict[str, list[str]] = {}
+        for o in _store().offsets(ref):
+            real.setdefault(mask_url(o["key"]), []).append(o["key"])
+        for e in entries:
+            keys = real.get(e["key"], [])
+            if e["key"] not in keys and len(keys) == 1:
+                e["key"] = keys[0]
+            elif e["key"] not in keys and len(keys) > 1:
+                raise ApiError(
+                    400,
+                    f"offset key {e['key']!r} stands for {len(keys)} keys once secrets are "
+                    "masked; give the key with its credentials",
+                )
     try:
         _store().edit_offsets(ref, entries)
     except ConnectorNotStopped as e:
@@ -546,7 +634,8 @@ def _tasks(ref: ConnectorRef) -> list[dict[str, Any]]:
         }
         task["batch_id"] = batch_id
         if state == "FAILED" and batch_id is not None:
-            task["trace"] = _store().batch_error(batch_id) or f"ingest of batch {batch_id} failed"
+            trace = _store().batch_error(batch_id) or f"ingest of batch {batch_id} failed"
+            task["trace"] = mask_text(trace)
         out.append(task)
     return out
 
@@ -635,7 +724,7 @@ def _status(ref: ConnectorRef) -> dict[str, Any]:
     view = _state(ref, _store().status(ref), tasks, _dag_paused(ref))
     connector: dict[str, Any] = {"state": view.state.value, "worker_id": "airflow"}
     if view.trace:
-        connector["trace"] = view.trace
+        connector["trace"] = mask_text(view.trace)
     # Kafka Connect: a stopped connector has no tasks; a paused one's are PAUSED.
     shown = [
         {
@@ -655,4 +744,4 @@ def _feldera_status(ref: ConnectorRef) -> dict[str, Any]:
 
     st = _store().status(ref)
     view = _state(ref, st, _tasks(ref), _dag_paused(ref))
-    return control.feldera_status(ref, st, view)
+    return dict(mask_config(control.feldera_status(ref, st, view)))
