@@ -259,7 +259,10 @@ def pipeline_doc(fmt: str, path: str) -> dict[str, Any]:
                 "connectors": [
                     {
                         "name": fmt,
-                        "transport": {"name": "file_input", "config": {"path": path}},
+                        "transport": {
+                            "name": "file_input",
+                            "config": {"path": path, "min_file_age": 0},
+                        },
                         "format": fmt_spec,
                     }
                 ],

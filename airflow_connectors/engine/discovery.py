@@ -92,8 +92,13 @@ def discover(
         if len(ids) < tasks_max:
             slots = tasks_max - len(ids)
             per_batch = ctx.connector.max_batch_size or DEFAULT_BATCH_RECORDS
-            limits = Limits(max_records=slots * per_batch, now=time.time())
+            limits = Limits(
+                max_records=slots * per_batch, now=time.time(), appendable=_appendable(ctx)
+            )
             new_items = list(islice(transport.discover(cursor, limits), limits.max_items))
+            for message, key in transport.notices:
+                log.warning("%s: %s", ref, message)
+                store.record_transport_error(ref, message, source_key=key)
             plans = []
             for items in split(new_items, slots, ctx.connector.max_batch_size):
                 batch_ctx = BatchContext(
@@ -131,7 +136,10 @@ def new_data_fingerprint(
     items = list(
         islice(
             ctx.transport().discover(
-                store.cursor(ctx.ref), Limits(max_records=1, max_items=max_items, now=time.time())
+                store.cursor(ctx.ref),
+                Limits(
+                    max_records=1, max_items=max_items, now=time.time(), appendable=_appendable(ctx)
+                ),
             ),
             max_items,
         )
@@ -142,6 +150,12 @@ def new_data_fingerprint(
     for item in items:
         digest.update(f"{item.key}\0{item.start}\0{item.end}\0{item.size}\n".encode())
     return digest.hexdigest()
+
+
+def _appendable(ctx: BatchContext) -> bool:
+    """Whether bytes appended to an object already read can be read on their own."""
+    fmt = ctx.format()
+    return fmt is not None and fmt.line_oriented
 
 
 def same_source(plan: dict[str, Any], ctx: BatchContext) -> bool:

@@ -503,6 +503,34 @@ class StateStore:
             )
         return True
 
+    def record_transport_error(
+        self, ref: ConnectorRef, message: str, *, source_key: str | None = None
+    ) -> bool:
+        """A problem with the source that does not fail a batch (an object changed after
+        it was committed, a bounded source matching nothing): counted in
+        ``num_transport_errors`` and listed, once while it is the latest such error (a
+        connector polled every few seconds does not repeat it). Returns whether it was
+        recorded."""
+        now = time.time()
+        with self.tx() as conn:
+            self.ensure_connector(ref, conn)
+            latest = conn.execute(
+                sa.select(s.errors.c.message)
+                .where(ref.where(s.errors), s.errors.c.kind == "transport")
+                .order_by(s.errors.c.id.desc())
+                .limit(1)
+            ).scalar()
+            if latest == message:
+                return False
+            c = s.connectors.c
+            conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors))
+                .values(num_transport_errors=c.num_transport_errors + 1, updated_at=now)
+            )
+            self._add_errors(conn, ref, [ErrorRecord("transport", message, source_key)], None, now)
+        return True
+
     def _add_errors(
         self,
         conn: sa.Connection,

@@ -84,6 +84,9 @@ class Limits:
     max_records: int | None = None
     max_items: int = 100_000
     now: float = 0.0
+    #: Whether the connector's format can read an object from a byte offset (lines):
+    #: then bytes appended to an object already read are new work.
+    appendable: bool = False
 
 
 class Transport(ABC):
@@ -97,6 +100,11 @@ class Transport(ABC):
     def __init__(self, config: StrictConfig, table: TableSpec) -> None:
         self.config = config
         self.table = table
+        #: Problems ``discover`` found that are not a reason to stop (an object changed
+        #: after it was committed, a bounded source that matches nothing), as
+        #: ``(message, source key)``: the framework logs them and counts them as
+        #: transport errors in the connector's stats.
+        self.notices: list[tuple[str, str | None]] = []
 
     @property
     def bounded(self) -> bool:

@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import glob
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import Field, field_validator
 
-from airflow_connectors.transports.base import Cursor, Limits, StrictConfig, Transport, WorkItem
+from airflow_connectors.transports.base import (
+    Cursor,
+    KeyOffset,
+    Limits,
+    StrictConfig,
+    Transport,
+    WorkItem,
+)
 
 READ_CHUNK = 8 << 20
 
@@ -27,6 +35,13 @@ class FileInputConfig(StrictConfig):
     follow: bool = False
     #: Read size per request (Feldera's ``buffer_size_bytes``).
     buffer_size_bytes: int | None = Field(default=None, gt=0)
+    min_file_age: float = Field(
+        default=5.0,
+        ge=0,
+        description="Seconds a file must have gone unmodified before it is read: a file "
+        "still being written waits for a later discovery instead of being read half-way. "
+        "Writers that move (rename) finished files into the folder can set 0.",
+    )
 
     @field_validator("path")
     @classmethod
@@ -76,19 +91,41 @@ class FileInputTransport(Transport):
 
     def discover(self, cursor: Cursor, limits: Limits) -> Iterator[WorkItem]:
         emitted = 0
-        for path in self.list_files():
+        files = self.list_files()
+        if not files and not self.config.follow and not cursor.offsets:
+            self.notices.append(
+                (
+                    f"file_input: {self.config.path} matches no file (missing file or folder, "
+                    "or an empty glob); nothing was read. Check the path, or add files and "
+                    "run the connector again",
+                    None,
+                )
+            )
+        now = limits.now or time.time()
+        for path in files:
             if emitted >= limits.max_items:
                 return
             if path in cursor.in_flight:
                 continue
-            size = os.stat(path).st_size
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue  # removed since it was listed
+            size = st.st_size
+            if now - st.st_mtime < self.config.min_file_age:
+                # Modified within min_file_age: maybe still being written. It waits for a
+                # later discovery rather than being read up to its current size.
+                continue
             done = cursor.get(path)
+            item: WorkItem | None
             if done is None:
-                yield WorkItem(key=path, start=0, end=size, size=size, final=not self.config.follow)
+                item = WorkItem(
+                    key=path, start=0, end=size, size=size, final=not self.config.follow
+                )
             elif not done.completed and size > max(done.offset, done.meta.get("seen", 0)):
                 # Bytes past the offset that were already looked at (an unfinished last
                 # line) are read again only once the file has grown.
-                yield WorkItem(
+                item = WorkItem(
                     key=path,
                     start=done.offset,
                     end=size,
@@ -96,9 +133,53 @@ class FileInputTransport(Transport):
                     records_done=done.records,
                     final=not self.config.follow,
                 )
+            elif done.completed and size != done.offset:
+                item = self._changed(path, size, done, limits)
+                if item is None:
+                    continue
             else:
                 continue
+            yield item
             emitted += 1
+
+    def _changed(self, path: str, size: int, done: KeyOffset, limits: Limits) -> WorkItem | None:
+        """A file that was read completely and has changed size since."""
+        if size > done.offset and limits.appendable:
+            # Lines appended after it was committed: read them as new work.
+            return WorkItem(
+                key=path,
+                start=done.offset,
+                end=size,
+                size=size,
+                records_done=done.records,
+                final=True,
+            )
+        self.notices.append(
+            (
+                f"file_input: {path} changed after it was committed ({done.offset} bytes read, "
+                f"now {size} bytes); its new content is not read. Write new data to new "
+                "files, or reset the connector's offsets to read it again",
+                path,
+            )
+        )
+        return None
+
+    def exhausted(self, cursor: Cursor) -> bool | None:
+        """Not at end of input while a matching file is unread or not read to its end,
+        including files that wait for ``min_file_age``."""
+        if self.config.follow:
+            return False
+        for path in self.list_files():
+            done = cursor.get(path)
+            if done is None or not done.completed:
+                return False
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            if st.st_size != done.offset and time.time() - st.st_mtime < self.config.min_file_age:
+                return False  # changing right now: decided once it settles
+        return None
 
     def read(self, item: WorkItem) -> Iterator[bytes]:
         chunk = self.config.buffer_size_bytes or READ_CHUNK

@@ -57,7 +57,10 @@ def api(e2e: EndToEnd) -> Api:
                     {
                         "name": "files",
                         "labels": ["events.loaded"],
-                        "transport": {"name": "file_input", "config": {"path": str(root / "src")}},
+                        "transport": {
+                            "name": "file_input",
+                            "config": {"path": str(root / "src"), "min_file_age": 0},
+                        },
                         "format": {"name": "json", "config": {"update_format": "raw"}},
                     },
                     {
@@ -65,7 +68,7 @@ def api(e2e: EndToEnd) -> Api:
                         "tasks_max": 2,
                         "transport": {
                             "name": "file_input",
-                            "config": {"path": str(root / "flaky")},
+                            "config": {"path": str(root / "flaky"), "min_file_age": 0},
                         },
                         "format": {"name": "json", "config": {"update_format": "raw"}},
                     },

@@ -34,7 +34,7 @@ def json_files(folder: Path, files: int, rows: int, start: int = 0) -> list[int]
 def files_connector(path: Path | str, **extra: Any) -> dict[str, Any]:
     return {
         "name": "files",
-        "transport": {"name": "file_input", "config": {"path": str(path)}},
+        "transport": {"name": "file_input", "config": {"path": str(path), "min_file_age": 0}},
         "format": {"name": "json", "config": {"update_format": "raw"}},
         **extra,
     }

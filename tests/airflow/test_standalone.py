@@ -88,7 +88,11 @@ def orch(e2e: EndToEnd, http_server: Any) -> Orchestra:
                         "start_after": "prices.backfill",
                         "transport": {
                             "name": "file_input",
-                            "config": {"path": str(root / "prices-live.json"), "follow": True},
+                            "config": {
+                                "path": str(root / "prices-live.json"),
+                                "follow": True,
+                                "min_file_age": 0,
+                            },
                         },
                         "format": json_format(),
                     },
@@ -112,7 +116,7 @@ def orch(e2e: EndToEnd, http_server: Any) -> Orchestra:
                         "trigger": {"on": "new_data", "poll_interval": 2},
                         "transport": {
                             "name": "file_input",
-                            "config": {"path": str(root / "watch")},
+                            "config": {"path": str(root / "watch"), "min_file_age": 0},
                         },
                         "format": json_format(),
                     }
@@ -127,7 +131,7 @@ def orch(e2e: EndToEnd, http_server: Any) -> Orchestra:
                         "trigger": {"schedule": "@daily", "start_date": DAYS[0]},
                         "transport": {
                             "name": "file_input",
-                            "config": {"path": str(root / "daily" / "{{ ds }}")},
+                            "config": {"path": str(root / "daily" / "{{ ds }}"), "min_file_age": 0},
                         },
                         "format": json_format(),
                     }

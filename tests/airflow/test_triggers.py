@@ -26,7 +26,10 @@ def watch_spec(folder: Path) -> Any:
                         {
                             "name": "files",
                             "trigger": {"on": "new_data", "poll_interval": 0.2},
-                            "transport": {"name": "file_input", "config": {"path": str(folder)}},
+                            "transport": {
+                                "name": "file_input",
+                                "config": {"path": str(folder), "min_file_age": 0},
+                            },
                             "format": {"name": "json", "config": {"update_format": "raw"}},
                         }
                     ],
@@ -111,7 +114,10 @@ def test_sensor_defers_until_data_arrives(tmp_path: Path, connectors_env: dict[s
                         "connectors": [
                             {
                                 "name": "files",
-                                "transport": {"name": "file_input", "config": {"path": str(src)}},
+                                "transport": {
+                                    "name": "file_input",
+                                    "config": {"path": str(src), "min_file_age": 0},
+                                },
                                 "format": {"name": "json"},
                             }
                         ],

@@ -18,7 +18,10 @@ def files_ctx(path: Path, warehouse: str) -> object:
                 "connectors": [
                     {
                         "name": "files",
-                        "transport": {"name": "file_input", "config": {"path": str(path)}},
+                        "transport": {
+                            "name": "file_input",
+                            "config": {"path": str(path), "min_file_age": 0},
+                        },
                         "format": {"name": "json", "config": {"update_format": "raw"}},
                     }
                 ],

@@ -62,7 +62,10 @@ def plan_batches(store_url: str, source: Path, warehouse: str) -> tuple[Any, lis
                     {
                         "name": "files",
                         "tasks_max": 2,
-                        "transport": {"name": "file_input", "config": {"path": str(source)}},
+                        "transport": {
+                            "name": "file_input",
+                            "config": {"path": str(source), "min_file_age": 0},
+                        },
                         "format": {"name": "json", "config": {"update_format": "raw"}},
                     }
                 ],

@@ -106,7 +106,10 @@ def files_table(path: str, fmt: dict[str, Any], **transport: Any) -> dict[str, A
         "connectors": [
             {
                 "name": "files",
-                "transport": {"name": "file_input", "config": {"path": path, **transport}},
+                "transport": {
+                    "name": "file_input",
+                    "config": {"path": path, "min_file_age": 0, **transport},
+                },
                 "format": fmt,
             }
         ],
@@ -416,6 +419,7 @@ def test_transports_as_spark_data_sources(spark: Any, tmp_path: Path) -> None:
         spark.read.format("file_input")
         .schema("id BIGINT, name STRING")
         .option("path", str(tmp_path / "*.json"))
+        .option("min_file_age", "0")  # just written
         .option("format", "json")
         .option("format.update_format", "raw")
         .load()
