@@ -82,7 +82,9 @@ def target_schema(table: TableSpec) -> pa.Schema:
 
 
 def clip(raw: bytes | str) -> str:
-    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    """The raw text of a record for a dead letter; bytes that are not UTF-8 are escaped
+    (``\\xff``), so the dead letter shows exactly what the source held."""
+    text = raw.decode("utf-8", errors="backslashreplace") if isinstance(raw, bytes) else raw
     return text if len(text) <= MAX_RAW_TEXT else text[:MAX_RAW_TEXT] + "..."
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Literal
 
@@ -82,11 +83,16 @@ class JsonFormat(Format):
             return
         record = first_record
         for block, consumed in line_blocks(chunks, final=final):
-            try:
-                table = self._decode(block, multiline=False)
-                out = Decoded(table, [], table.num_rows, consumed)
-            except Exception:
-                out = self._slow(block, record, consumed)
+            if _suspect(block):
+                # Invalid UTF-8, or a bare `null` record (pyarrow crashes on one at the
+                # start of a block): record by record, each checked before pyarrow sees it.
+                out = self._decode_records(split_records(block), record, consumed)
+            else:
+                try:
+                    table = self._decode(block, multiline=False)
+                    out = Decoded(table, [], table.num_rows, consumed)
+                except Exception:
+                    out = self._slow(block, record, consumed)
             record += out.records
             yield out
 
@@ -102,9 +108,12 @@ class JsonFormat(Format):
     def _decode_records(self, records: Sequence[bytes], first: int, consumed: int) -> Decoded:
         import pyarrow as pa
 
-        tables, errors = isolate(
-            records, lambda rs: self._decode(b"\n".join(rs), multiline=False), first
-        )
+        def decode(rs: Sequence[bytes]) -> pa.Table:
+            for r in rs:
+                _check_record(r)
+            return self._decode(b"\n".join(rs), multiline=False)
+
+        tables, errors = isolate(records, decode, first)
         table = pa.concat_tables(tables) if tables else self.schema.empty_table()
         return Decoded(table, errors, len(records), consumed)
 
@@ -146,9 +155,48 @@ def _inserts(raw: pa.Table) -> pa.Table:
     return pa.Table.from_struct_array(inserts.combine_chunks())
 
 
+_BARE_NULL = re.compile(rb"(?m)^[ \t\r]*null[ \t\r]*$")
+
+
+def _suspect(block: bytes) -> bool:
+    """Whether a block needs the checked record-by-record path: invalid UTF-8 (pyarrow
+    would store the bytes as they are) or a line that is a bare ``null``."""
+    try:
+        block.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return _BARE_NULL.search(block) is not None
+
+
+def _check_record(record: bytes) -> None:
+    """A record must be UTF-8 text holding one JSON object."""
+    try:
+        record.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RowError(
+            f"invalid UTF-8 at byte {e.start + 1} of the record (0x{record[e.start]:02x}); "
+            "JSON text must be UTF-8"
+        ) from None
+    head = record.lstrip()[:1]
+    if head != b"{":
+        kind = {
+            b"n": "null",
+            b"[": "an array",
+            b'"': "a string",
+            b"t": "a boolean",
+            b"f": "a boolean",
+        }
+        raise RowError(
+            f"expected a JSON object per record, got {kind.get(head, 'a number or other value')}"
+        )
+
+
 def _array_records(data: bytes) -> list[object]:
     """Records of one or more consecutive JSON arrays."""
-    text = data.decode("utf-8")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RowError(f"invalid UTF-8 at byte {e.start + 1}; JSON text must be UTF-8") from None
     decoder = json.JSONDecoder()
     out: list[object] = []
     pos = 0

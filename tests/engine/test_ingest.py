@@ -432,3 +432,33 @@ def test_transports_as_spark_data_sources(spark: Any, tmp_path: Path) -> None:
         .load()
     )
     assert sorted(r.id for r in gen.collect()) == list(range(25))
+
+
+def test_invalid_utf8_and_null_records_are_dead_letters_never_stored(
+    spark: Any, sqlite_url: str, tmp_path: Path
+) -> None:
+    src = tmp_path / "dirty.json"
+    src.write_bytes(b'null\n{"id": 1, "name": "caf\xe9"}\n{"id": 2, "name": "ok"}\n')
+    table = files_table(str(src), {"name": "json", "config": {"update_format": "raw"}})
+    table["connectors"][0]["errors"] = {"tolerance": "all"}
+    wh = str(tmp_path / "wh")
+    run(pipeline({"t": table}), sqlite_url, wh, spark)
+    assert read_table(wh, "p", "t").to_pylist() == [{"id": 2, "name": "ok", "amount": None}]
+    dead = read_table(wh, "p", "t__errors").sort_by("record_number").to_pylist()
+    assert [(d["record_number"], d["raw_text"]) for d in dead] == [
+        (1, "null"),
+        (2, '{"id": 1, "name": "caf\\xe9"}'),
+    ]
+    assert "invalid UTF-8" in dead[1]["error"]
+    assert status(sqlite_url, "p", "t", "files").num_parse_errors == 2
+
+    # Under errors.tolerance none the batch fails naming the object and the record.
+    strict = files_table(str(src), {"name": "json", "config": {"update_format": "raw"}})
+    with pytest.raises(BatchFailed) as exc:
+        run(
+            pipeline({"t": strict}),
+            f"sqlite:///{tmp_path / 'strict.db'}",
+            str(tmp_path / "w2"),
+            spark,
+        )
+    assert f"record 1 of {src}" in str(exc.value)

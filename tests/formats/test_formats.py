@@ -154,3 +154,26 @@ def test_format_config_rejects_bad_options(fmt: str, config: dict) -> None:
     cls = FORMATS.get(fmt)
     with pytest.raises(ValueError):
         cls.Config.model_validate(config)
+
+
+def test_json_invalid_utf8_is_a_parse_error_with_raw_bytes_escaped() -> None:
+    data = b'{"id": 1, "name": "ok"}\n{"id": 2, "name": "bad \xff\xfe"}\n{"id": 3}\n'
+    for config in ({"update_format": "raw"}, {"update_format": "raw", "lines": "single"}):
+        out = decode("json", data, config)
+        assert [r["id"] for r in rows(out)] == [1, 3]
+        [(number, error, raw)] = errs(out)
+        assert number == 2 and "invalid UTF-8" in error
+        assert raw == '{"id": 2, "name": "bad \\xff\\xfe"}'  # the bytes, escaped
+    array = decode("json", b'[{"id": 1, "name": "\xff"}]', {"update_format": "raw", "array": True})
+    assert rows(array) == [] and "invalid UTF-8" in errs(array)[0][1]
+
+
+@pytest.mark.parametrize("bare", [b"null", b"5", b'"x"', b"[]", b"true"])
+def test_json_record_that_is_not_an_object_is_a_parse_error(bare: bytes) -> None:
+    # A bare null at the start of a block crashed pyarrow's reader (the whole worker).
+    for data in (bare + b'\n{"id": 1}\n', b'{"id": 1}\n' + bare + b"\n"):
+        out = decode("json", data, {"update_format": "raw"})
+        assert [r["id"] for r in rows(out)] == [1]
+        [(number, error, raw)] = errs(out)
+        assert "expected a JSON object per record" in error and raw == bare.decode()
+        assert number == (1 if data.startswith(bare) else 2)
