@@ -194,14 +194,31 @@ class StandaloneAirflow:
 
     def client_for(self, username: str, password: str) -> httpx.Client:
         """A REST client logged in as ``username``."""
-        client = httpx.Client(base_url=self.url, timeout=30)
+        client = httpx.Client(base_url=self.url, timeout=60)
         token = client.post("/auth/token", json={"username": username, "password": password})
         token.raise_for_status()
         client.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
         return client
 
-    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        resp = self.client.request(method, path, **kwargs)
+    def _json(self, method: str, path: str, *, retry_for: float = 180, **kwargs: Any) -> Any:
+        """A REST call; transient trouble (a timeout, a refused connection, a 5xx while
+        the API server or the metadata DB is busy on a loaded machine) is retried with
+        backoff for up to ``retry_for`` seconds."""
+        deadline = time.monotonic() + retry_for
+        delay = 1.0
+        while True:
+            try:
+                resp = self.client.request(method, path, **kwargs)
+                transient = resp.status_code >= 500
+            except (httpx.TimeoutException, httpx.TransportError) as e:
+                resp, transient = None, True
+                error = f"{type(e).__name__}: {e}"
+            if not transient or time.monotonic() + delay > deadline:
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, 15)
+        if resp is None:
+            raise RuntimeError(f"{method} {path}: no answer from Airflow's API server ({error})")
         if resp.status_code >= 400:
             raise RuntimeError(f"{method} {path}: HTTP {resp.status_code}: {resp.text[:500]}")
         return resp.json()
@@ -227,11 +244,19 @@ class StandaloneAirflow:
         self._json("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": paused})
 
     def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
-        run = self._json(
-            "POST",
-            f"/api/v2/dags/{dag_id}/dagRuns",
-            json={"logical_date": None, "conf": dict(conf or {})},
-        )
+        # A run id of our own makes a retried POST safe: if the first one got through,
+        # the retry answers 409 and that run is the one.
+        run_id = f"manual__{time.strftime('%Y%m%dT%H%M%S')}_{os.urandom(3).hex()}"
+        try:
+            run = self._json(
+                "POST",
+                f"/api/v2/dags/{dag_id}/dagRuns",
+                json={"dag_run_id": run_id, "logical_date": None, "conf": dict(conf or {})},
+            )
+        except RuntimeError as e:
+            if "HTTP 409" in str(e):
+                return run_id
+            raise
         return str(run["dag_run_id"])
 
     def runs(self, dag_id: str) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import (
+    AirflowException,
     AirflowFailException,
     AirflowNotFoundException,
     AirflowSkipException,
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
     from airflow.sdk import Asset, Context
 
     from airflow_connectors.engine.context import BatchContext
+
+#: How long a discover task waits for another run of its connector to finish planning.
+LEASE_WAIT_SECONDS = 120
 
 #: The file spark-submit runs for one batch.
 INGEST_APPLICATION = str(
@@ -206,17 +211,29 @@ class ConnectorDiscoverOperator(_ConnectorOperator):
         settings = Settings.load()
         ctx = self.batch_context(settings)
         with state_store(settings) as store:
-            try:
-                found = discover(
-                    store,
-                    ctx,
-                    owner=f"airflow:{context['run_id']}",
-                    own_slice_only=self.templated,
-                )
-            except LeaseBusy as e:
-                raise AirflowSkipException(f"{e}; this run skips, the other one ingests") from None
-            except ConnectorStopped as e:
-                raise AirflowSkipException(str(e)) from None
+            # Planning takes a moment: a run that finds another one planning the same
+            # connector (backfilled days run side by side) waits for its turn.
+            deadline = time.monotonic() + LEASE_WAIT_SECONDS
+            while True:
+                try:
+                    found = discover(
+                        store,
+                        ctx,
+                        owner=f"airflow:{context['run_id']}",
+                        own_slice_only=self.templated,
+                    )
+                    break
+                except LeaseBusy as e:
+                    if time.monotonic() < deadline:
+                        time.sleep(1)
+                        continue
+                    if self.templated:  # its own slice: retried by the task's retries
+                        raise AirflowException(f"{e} (waited {LEASE_WAIT_SECONDS} s)") from None
+                    raise AirflowSkipException(
+                        f"{e}; this run skips, the other one ingests"
+                    ) from None
+                except ConnectorStopped as e:
+                    raise AirflowSkipException(str(e)) from None
         if found.batch_ids:
             self.log.info(
                 "connector %s: %d batch(es) to ingest: %s (%d new work item(s))",
