@@ -19,17 +19,20 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from airflow_connectors.spec.models import (
-    CONNECTOR_NAME_PATTERN,
+    NAME_RULE,
     ColumnSpec,
     ConnectorSpec,
     PipelineSpec,
     SinkSpec,
     TableSpec,
+    is_valid_column_name,
+    is_valid_name,
 )
 
 PIPELINE_KEYS = ("pipeline", "tables", "sql")
 TABLE_KEYS = ("columns", "sink", "connectors", "sql")
-NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,100}$"
+#: The Parquet sink keeps table ``t``'s dead letters in the folder ``t__errors``.
+ERRORS_SUFFIX = "__errors"
 
 
 @dataclass(frozen=True)
@@ -59,31 +62,115 @@ def load_pipeline(path: str | Path, *, pipeline: str | None = None) -> PipelineS
     statements (pipeline name = file stem unless ``pipeline`` is given)."""
     p = Path(path)
     try:
-        text = p.read_text()
+        data = p.read_bytes()
     except OSError as e:
         raise SpecValidationError(
             [SpecError("", f"cannot read spec file: {e.strerror}")], str(p)
         ) from e
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecValidationError(
+            [
+                SpecError(
+                    "",
+                    f"the spec file must be UTF-8 text, but byte 0x{data[e.start]:02x} at byte "
+                    f"offset {e.start} is not valid UTF-8; save the file as UTF-8",
+                )
+            ],
+            str(p),
+        ) from None
     doc: Any
-    if p.suffix.lower() == ".sql":
-        doc = {"pipeline": pipeline or p.stem, "sql": text}
-        pipeline = None
-    elif p.suffix.lower() == ".json":
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SpecValidationError(
-                [SpecError("", f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}")],
-                str(p),
-            ) from e
-    else:
-        import yaml
+    duplicates: list[SpecError] = []
+    try:
+        if p.suffix.lower() == ".sql":
+            doc = {"pipeline": pipeline or p.stem, "sql": text}
+            pipeline = None
+        elif p.suffix.lower() == ".json":
+            try:
+                from airflow_connectors.spec.sql import unique_keys
 
-        try:
-            doc = yaml.load(text, Loader=_yaml_loader())
-        except yaml.YAMLError as e:
-            raise SpecValidationError([SpecError("", f"invalid YAML: {e}")], str(p)) from e
-    return parse_pipeline(doc, name=pipeline, base_dir=p.resolve().parent, source=str(p))
+                keys: list[str] = []
+                doc = json.loads(text, object_pairs_hook=unique_keys(keys))
+            except json.JSONDecodeError as e:
+                raise SpecValidationError(
+                    [SpecError("", f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}")],
+                    str(p),
+                ) from e
+            duplicates = [
+                SpecError(
+                    "",
+                    f"duplicate key {key!r} in a JSON object; JSON keeps only the last one and "
+                    "drops the first: merge them or rename one",
+                )
+                for key in keys
+            ]
+        else:
+            import yaml
+
+            try:
+                doc, duplicates = _load_yaml(text)
+            except yaml.YAMLError as e:
+                raise SpecValidationError([SpecError("", f"invalid YAML: {e}")], str(p)) from e
+    except RecursionError:
+        raise SpecValidationError(
+            [SpecError("", "the spec nests lists or mappings too deeply to be read")], str(p)
+        ) from None
+    return _parse(doc, pipeline, p.resolve().parent, str(p), duplicates)
+
+
+def _load_yaml(text: str) -> tuple[Any, list[SpecError]]:
+    """The YAML document and its duplicate keys (PyYAML would silently keep the last)."""
+    loader = _yaml_loader()(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, []
+        duplicates = _duplicate_keys(loader, node)
+        return loader.construct_document(node), duplicates
+    finally:
+        loader.dispose()
+
+
+def _duplicate_keys(loader: Any, root: Any) -> list[SpecError]:
+    """A key given twice in one mapping, with its JSON path and both lines. Iterative:
+    a deeply nested document must not exhaust the call stack."""
+    import yaml
+
+    found: list[SpecError] = []
+    seen_nodes: set[int] = set()
+    todo: list[tuple[Any, list[str | int]]] = [(root, [])]
+    while todo:
+        node, path = todo.pop()
+        if id(node) in seen_nodes:  # an alias of a node already checked
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            todo.extend((child, [*path, i]) for i, child in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            first: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *base` may be overridden by the keys beside it
+                key: Any = key_node.value
+                if isinstance(key_node, yaml.ScalarNode):
+                    key = loader.construct_object(key_node)
+                todo.append((value_node, [*path, str(key)]))
+                try:
+                    earlier = first.setdefault(key, key_node)
+                except TypeError:  # an unhashable (complex) key: PyYAML rejects it
+                    continue
+                if earlier is not key_node:
+                    found.append(
+                        SpecError(
+                            path_str([*path, str(key)]),
+                            f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
+                            f"(first at line {earlier.start_mark.line + 1}); YAML keeps only "
+                            "the last one and drops the first: merge them or rename one",
+                        )
+                    )
+    found.sort(key=lambda e: e.message)
+    return found
 
 
 def _yaml_loader() -> Any:
@@ -111,7 +198,20 @@ def parse_pipeline(
     doc: Any, *, name: str | None = None, base_dir: Path | None = None, source: str | None = None
 ) -> PipelineSpec:
     """Validate a spec document (the parsed YAML/JSON) and return the pipeline."""
+    return _parse(doc, name, base_dir, source, [])
+
+
+def _parse(
+    doc: Any,
+    name: str | None,
+    base_dir: Path | None,
+    source: str | None,
+    earlier: list[SpecError],
+) -> PipelineSpec:
+    """``earlier``: problems found while reading the file (duplicate keys), reported
+    together with the document's."""
     v = _Validator(base_dir)
+    v.errors.extend(earlier)
     spec = v.pipeline(doc, name, source)
     if v.errors or spec is None:
         raise SpecValidationError(v.errors, source)
@@ -128,13 +228,20 @@ def validate_pipeline(
 
 
 def path_str(parts: typing.Iterable[str | int]) -> str:
+    """``tables.t.connectors[0].name``; a key that is empty or holds spaces or control
+    characters is quoted (``tables["t\\n"]``) so that an error stays one line."""
     out = ""
     for part in parts:
         if isinstance(part, int):
             out += f"[{part}]"
+        elif not _PLAIN_KEY.fullmatch(part):
+            out += f"[{json.dumps(part)}]"
         else:
             out += f".{part}" if out else str(part)
     return out
+
+
+_PLAIN_KEY = re.compile(r"[^\s\x00-\x1f\x7f\[\]\"]+")
 
 
 class _Validator:
@@ -165,10 +272,8 @@ class _Validator:
             return None
         self.unknown_keys([], doc, PIPELINE_KEYS)
         name = name or doc.get("pipeline")
-        if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
-            self.error(
-                ["pipeline"], f"expected a pipeline name matching {NAME_PATTERN}, got {name!r}"
-            )
+        if not isinstance(name, str) or not is_valid_name(name):
+            self.error(["pipeline"], f"expected a pipeline name of {NAME_RULE}, got {name!r}")
             name = "invalid"
         raw_tables: list[tuple[list[str | int], str, Any]] = []
         tables_doc = doc.get("tables", {})
@@ -212,8 +317,8 @@ class _Validator:
             self.error(path if where is None else [*path, where], message)
         out = []
         for t in tables:
-            for field, problem in t.errors:
-                self.error(["tables", t.name, field], problem)
+            for rel, problem in t.errors:
+                self.error(["tables", t.name, *rel], problem)
             out.append(
                 {
                     "name": t.name,
@@ -231,9 +336,14 @@ class _Validator:
                 f"expected a table (columns, connectors, sink) or {{sql: CREATE TABLE ...}}, got {_kind(doc)}",
             )
             return None
-        if not re.match(NAME_PATTERN, name):
+        if not is_valid_name(name):
+            self.error(path, f"table name {name!r} must be {NAME_RULE} (it names folders and DAGs)")
+        elif name.lower().endswith(ERRORS_SUFFIX):
             self.error(
-                path, f"table name {name!r} must match {NAME_PATTERN} (it names folders and DAGs)"
+                path,
+                f"table name {name!r} ends in {ERRORS_SUFFIX!r}, which is reserved: the dead "
+                f"letters of table {name[: -len(ERRORS_SUFFIX)]!r} go to the folder "
+                f"'{name[: -len(ERRORS_SUFFIX)]}{ERRORS_SUFFIX}'; rename the table",
             )
         if not doc.get("_sql"):
             self.unknown_keys(path, doc, TABLE_KEYS)
@@ -279,7 +389,28 @@ class _Validator:
             return (), False
         out: list[ColumnSpec] = []
         ok = True
+        # Spark and DuckDB, which read the tables, resolve column names case-insensitively.
+        folded: dict[str, str] = {}
         for cname, ctype in doc.items():
+            cname = str(cname)
+            if not is_valid_column_name(cname):
+                self.error(
+                    [*path, cname],
+                    f"column name {cname!r} must be at least 1 character, without control "
+                    "characters such as a newline",
+                )
+                ok = False
+                continue
+            if cname.lower() in folded:
+                self.error(
+                    [*path, cname],
+                    f"column {cname!r} is defined twice (also {folded[cname.lower()]!r}); column "
+                    "names must be unique, ignoring case, because Spark and DuckDB read them "
+                    "case-insensitively",
+                )
+                ok = False
+                continue
+            folded[cname.lower()] = cname
             if from_sql:
                 parsed = ctype
             else:
@@ -339,11 +470,8 @@ class _Validator:
                 cdoc["name"] = f"unnamed-{i}"
             cname = cdoc["name"]
             if isinstance(cname, str):
-                if not re.match(CONNECTOR_NAME_PATTERN, cname):
-                    self.error(
-                        [*cpath, "name"],
-                        f"connector name {cname!r} must be 1 to 100 characters of letters, digits, '_' and '-'",
-                    )
+                if not is_valid_name(cname):
+                    self.error([*cpath, "name"], f"connector name {cname!r} must be {NAME_RULE}")
                     ok = False
                 elif cname in names:
                     self.error(
@@ -355,6 +483,12 @@ class _Validator:
             spec = self.model(cpath, ConnectorSpec, cdoc)
             if spec is None:
                 ok = False
+                # Its own fields are wrong; still check its transport and format, so
+                # that every problem is reported at once.
+                partial = _without_bad_fields(cdoc, f"unnamed-{i}")
+                if partial is not None:
+                    self.parsed.append((table, i, partial))
+                    self.plugins(cpath, partial, table, columns, columns_ok=columns_ok)
                 continue
             self.parsed.append((table, i, spec))
             spec = self.plugins(cpath, spec, table, columns, columns_ok=columns_ok)
@@ -473,9 +607,26 @@ class _Validator:
                     )
             waits[ep] = c.start_after
         # A waits for B when A.start_after names a label B carries.
+        component = _components(waits, waits, carriers)
+        members: dict[int, set[str]] = {}
+        for ep, comp in component.items():
+            members.setdefault(comp, set()).add(ep)
         reported: set[frozenset[str]] = set()
+        # A component where each connector waits for exactly one other of it is one simple
+        # cycle (a ring): reported once, not searched again from each of its members.
+        simple: dict[int, bool] = {}
         for start in waits:
-            cycle = _find_cycle(start, waits, carriers)
+            comp = component[start]
+            group = members[comp]
+            if not any(nxt in group for _, nxt in _edges(start, waits, carriers)):
+                continue  # no cycle runs through it
+            if simple.get(comp):
+                continue
+            if comp not in simple:
+                simple[comp] = all(
+                    sum(nxt in group for _, nxt in _edges(ep, waits, carriers)) == 1 for ep in group
+                )
+            cycle = _find_cycle(start, waits, carriers, group)
             if cycle and frozenset(ep for ep, _ in cycle) not in reported:
                 reported.add(frozenset(ep for ep, _ in cycle))
                 text = "".join(
@@ -514,28 +665,109 @@ class _Validator:
             return None
 
 
-def _find_cycle(
-    start: str, waits: Mapping[str, tuple[str, ...]], carriers: Mapping[str, list[str]]
-) -> list[tuple[str, str]] | None:
-    """A cycle through ``start`` as [(endpoint, label it waits for), ...], or None."""
-    stack: list[tuple[str, str]] = []
-    seen: set[str] = set()
-
-    def dfs(ep: str) -> list[tuple[str, str]] | None:
-        for label in waits.get(ep, ()):
-            for nxt in carriers.get(label, []):
-                stack.append((ep, label))
-                if nxt == start:
-                    return list(stack)
-                if nxt not in seen:
-                    seen.add(nxt)
-                    found = dfs(nxt)
-                    if found:
-                        return found
-                stack.pop()
+def _without_bad_fields(doc: dict[str, Any], default_name: str) -> ConnectorSpec | None:
+    """The connector with its invalid fields (already reported) left at their defaults,
+    or None when its transport or format itself is invalid."""
+    try:
+        return ConnectorSpec.model_validate(doc)
+    except ValidationError as exc:
+        bad = {err["loc"][0] for err in exc.errors() if err["loc"]}
+    if bad & {"transport", "format"}:
+        return None
+    kept = {k: v for k, v in doc.items() if k not in bad}
+    if "name" in bad:
+        kept["name"] = default_name
+    try:
+        return ConnectorSpec.model_validate(kept)
+    except ValidationError:
         return None
 
-    return dfs(start)
+
+def _edges(
+    ep: str, waits: Mapping[str, tuple[str, ...]], carriers: Mapping[str, list[str]]
+) -> typing.Iterator[tuple[str, str]]:
+    """(label, endpoint carrying it) for each label ``ep`` waits for."""
+    for label in waits.get(ep, ()):
+        for nxt in carriers.get(label, []):
+            yield label, nxt
+
+
+def _find_cycle(
+    start: str,
+    waits: Mapping[str, tuple[str, ...]],
+    carriers: Mapping[str, list[str]],
+    within: typing.Container[str] | None = None,
+) -> list[tuple[str, str]] | None:
+    """A cycle through ``start`` as [(endpoint, label it waits for), ...], or None.
+
+    Depth-first with an explicit stack (a start_after chain of thousands of connectors
+    must not exhaust Python's call stack); ``within`` limits the walk to ``start``'s
+    strongly connected component, the only place a cycle through it can be."""
+    path: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    frames = [(start, _edges(start, waits, carriers))]
+    while frames:
+        ep, edges = frames[-1]
+        for label, nxt in edges:
+            if nxt == start:
+                return [*path, (ep, label)]
+            if nxt not in seen and (within is None or nxt in within):
+                seen.add(nxt)
+                path.append((ep, label))
+                frames.append((nxt, _edges(nxt, waits, carriers)))
+                break
+        else:
+            frames.pop()
+            if path:
+                path.pop()
+    return None
+
+
+def _components(
+    nodes: typing.Iterable[str],
+    waits: Mapping[str, tuple[str, ...]],
+    carriers: Mapping[str, list[str]],
+) -> dict[str, int]:
+    """Tarjan's strongly connected components, iteratively: endpoint -> component id."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    component: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    counter = 0
+    for root in nodes:
+        if root in index:
+            continue
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        frames = [(root, _edges(root, waits, carriers))]
+        while frames:
+            ep, edges = frames[-1]
+            for _, nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    frames.append((nxt, _edges(nxt, waits, carriers)))
+                    break
+                if nxt in on_stack:
+                    low[ep] = min(low[ep], index[nxt])
+            else:
+                frames.pop()
+                if frames:
+                    parent = frames[-1][0]
+                    low[parent] = min(low[parent], low[ep])
+                if low[ep] == index[ep]:
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component[member] = index[ep]
+                        if member == ep:
+                            break
+    return component
 
 
 def _unknown_field(key: str, allowed: typing.Sequence[str]) -> str:

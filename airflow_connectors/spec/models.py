@@ -8,13 +8,52 @@ The JSON shape of a connector is Feldera's (``name``, ``paused``, ``labels``,
 from __future__ import annotations
 
 import datetime
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from airflow_connectors.spec.types import SqlType
 
-CONNECTOR_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,100}$"
+#: Pipeline, table and connector names: they name folders, DAGs and state-store rows.
+#: Checked with :func:`re.fullmatch` (``$`` would accept a trailing newline).
+NAME_PATTERN = r"[a-zA-Z0-9_-]{1,100}"
+NAME_RULE = "1 to 100 characters of letters, digits, '_' and '-'"
+CONNECTOR_NAME_PATTERN = NAME_PATTERN
+#: A label becomes the Airflow DAG tag ``label:<label>``, which Airflow caps at 100.
+MAX_LABEL_LENGTH = 94
+_LABEL = re.compile(rf"[^\s\x00-\x1f\x7f]{{1,{MAX_LABEL_LENGTH}}}")
+#: Column names may be quoted SQL identifiers (spaces allowed) but no control characters.
+_COLUMN_NAME = re.compile(r"[^\x00-\x1f\x7f]+")
+
+
+def is_valid_name(name: str) -> bool:
+    """Whether ``name`` is a valid pipeline, table or connector name."""
+    return re.fullmatch(NAME_PATTERN, name) is not None
+
+
+def is_valid_column_name(name: str) -> bool:
+    return _COLUMN_NAME.fullmatch(name) is not None
+
+
+def _check_label(label: str) -> str:
+    if _LABEL.fullmatch(label) is None:
+        raise ValueError(
+            f"label {label!r} must be 1 to {MAX_LABEL_LENGTH} characters without spaces or "
+            "control characters (it becomes the Airflow DAG tag 'label:<label>', at most 100 "
+            "characters)"
+        )
+    return label
+
+
+Label = Annotated[str, AfterValidator(_check_label)]
 
 
 class _Model(BaseModel):
@@ -112,7 +151,7 @@ class ConnectorSpec(_Model):
 
     name: str
     paused: bool = False
-    labels: tuple[str, ...] = ()
+    labels: tuple[Label, ...] = ()
     start_after: tuple[str, ...] | None = None
     transport: TransportSpec
     format: FormatSpec | None = None

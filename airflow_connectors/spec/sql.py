@@ -4,6 +4,7 @@ sqlglot (a real SQL parser) into the same raw table documents YAML specs produce
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +14,7 @@ class SqlTable:
     name: str
     columns: dict[str, str | tuple[Any, bool]]  # name -> (SqlType, nullable) or error text
     connectors: Any = None  # the parsed JSON value of the 'connectors' property
-    errors: list[tuple[str, str]] = field(default_factory=list)  # (relative path, message)
+    errors: list[tuple[tuple[str, ...], str]] = field(default_factory=list)  # (path, message)
 
 
 def parse_create_tables(sql: str) -> tuple[list[SqlTable], list[tuple[int | None, str]]]:
@@ -52,6 +53,16 @@ def parse_create_tables(sql: str) -> tuple[list[SqlTable], list[tuple[int | None
             if not isinstance(col, exp.ColumnDef):
                 continue  # table constraints such as PRIMARY KEY (a, b)
             name = _ident(col.this)
+            if name in table.columns:
+                # Unquoted names are lower-cased, so `a INT, A INT` is a duplicate too.
+                table.errors.append(
+                    (
+                        ("columns", name),
+                        f"column {name!r} is defined twice in CREATE TABLE {table.name}; "
+                        "column names must be unique: rename or remove one",
+                    )
+                )
+                continue
             try:
                 table.columns[name] = from_column_def(col)
             except ValueError as e:
@@ -62,7 +73,7 @@ def parse_create_tables(sql: str) -> tuple[list[SqlTable], list[tuple[int | None
             if str(key).lower() != "connectors":
                 table.errors.append(
                     (
-                        str(key),
+                        (str(key),),
                         f"unknown table property {key!r}; the supported property is 'connectors'",
                     )
                 )
@@ -71,20 +82,44 @@ def parse_create_tables(sql: str) -> tuple[list[SqlTable], list[tuple[int | None
             text = value.this if isinstance(value, exp.Literal) and value.is_string else None
             if text is None:
                 table.errors.append(
-                    ("connectors", "expected 'connectors' = '<JSON array>' (a string literal)")
+                    (("connectors",), "expected 'connectors' = '<JSON array>' (a string literal)")
                 )
                 continue
+            duplicates: list[str] = []
             try:
-                table.connectors = json.loads(text)
+                table.connectors = json.loads(text, object_pairs_hook=unique_keys(duplicates))
             except json.JSONDecodeError as e:
                 table.errors.append(
                     (
-                        "connectors",
+                        ("connectors",),
                         f"'connectors' is not legal JSON: {e.msg} at line {e.lineno}, column {e.colno} of the string",
+                    )
+                )
+            for key in duplicates:
+                table.errors.append(
+                    (
+                        ("connectors",),
+                        f"duplicate key {key!r} in a JSON object of 'connectors'; JSON keeps "
+                        "only the last one and drops the first: merge them or rename one",
                     )
                 )
         tables.append(table)
     return tables, errors
+
+
+def unique_keys(duplicates: list[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """An ``object_pairs_hook`` for :func:`json.loads` that records in ``duplicates`` the
+    keys given twice in one object (the parser alone silently keeps the last)."""
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                duplicates.append(key)
+            out[key] = value
+        return out
+
+    return hook
 
 
 def _ident(node: Any) -> str:

@@ -419,3 +419,252 @@ def test_trigger_on_key_survives_yaml(tmp_path: Path) -> None:
     trigger = load_pipeline(tmp_path / "p.yaml").table("t").connectors[0].trigger
     assert trigger is not None and trigger.on == "new_data" and trigger.poll_seconds == 5
     assert trigger.schedule == "*/10 * * * *"
+
+
+# --- regressions: long start_after chains, names, duplicates, reserved names ----------
+
+
+def chain(n: int, *, ring: bool = False) -> dict[str, Any]:
+    """``n`` connectors, each labelled and starting after the previous one's label
+    (the first after the last one's when ``ring``)."""
+    connectors = [
+        files(
+            f"c{i}",
+            labels=[f"l{i}"],
+            **(
+                {"start_after": [f"l{i - 1}"]}
+                if i
+                else {"start_after": [f"l{n - 1}"]}
+                if ring
+                else {}
+            ),
+        )
+        for i in range(n)
+    ]
+    return table(*connectors)
+
+
+def test_start_after_chain_of_1000_connectors_validates() -> None:
+    spec = parse_pipeline(chain(1000))
+    connectors = spec.table("t").connectors
+    assert len(connectors) == 1000
+    assert connectors[999].start_after == ("l998",)
+
+
+def test_start_after_ring_of_1000_connectors_is_one_cycle_error() -> None:
+    path, message = one_error(chain(1000, ring=True))
+    assert path == "tables.t.connectors[0].start_after"
+    assert message.startswith(
+        "cyclic 'start_after' dependency: t.c0 waits for label 'l999' carried by t.c999, "
+        "which waits for label 'l998' carried by t.c998"
+    )
+    assert message.count("which waits for label") == 999
+
+
+def test_two_cycles_in_one_component_are_both_reported() -> None:
+    # a <-> b and a <-> c share a: two cycles, two errors (as before the walk was iterative)
+    found = errors(
+        table(
+            files("a", labels=["A"], start_after=["B", "C"]),
+            files("b", labels=["B"], start_after="A"),
+            files("c", labels=["C"], start_after="A"),
+            files("d", start_after="A"),  # waits on the cycle, is not on it
+        )
+    )
+    assert [p for p, _ in found] == [
+        "tables.t.connectors[0].start_after",
+        "tables.t.connectors[2].start_after",
+    ]
+    assert "t.c waits for label 'A' carried by t.a, which waits for label 'C'" in found[1][1]
+
+
+@pytest.mark.parametrize(
+    ("where", "path"),
+    [
+        ("pipeline", "pipeline"),
+        ("table", 'tables["t\\n"]'),
+        ("column", 'tables.t.columns["a\\n"]'),
+        ("connector", "tables.t.connectors[0].name"),
+        ("label", "tables.t.connectors[0].labels[0]"),
+    ],
+)
+def test_names_ending_in_a_newline_are_rejected(where: str, path: str) -> None:
+    doc = table(files("c", labels=["l"]))
+    if where == "pipeline":
+        doc["pipeline"] = "p\n"
+    elif where == "table":
+        doc["tables"] = {"t\n": doc["tables"]["t"]}
+    elif where == "column":
+        doc["tables"]["t"]["columns"] = {"a\n": "INT"}
+    elif where == "connector":
+        doc["tables"]["t"]["connectors"][0]["name"] = "c\n"
+    else:
+        doc["tables"]["t"]["connectors"][0]["labels"] = ["l\n"]
+    found_path, message = one_error(doc)
+    assert found_path == path
+    assert "\\n" in message and "\n" not in message  # shown escaped: one line per error
+
+
+def test_name_messages_say_what_is_allowed() -> None:
+    assert one_error({**table(files()), "pipeline": "p q"}) == (
+        "pipeline",
+        "expected a pipeline name of 1 to 100 characters of letters, digits, '_' and '-', got 'p q'",
+    )
+    path, message = one_error(table(files(labels=["a b"])))
+    assert path == "tables.t.connectors[0].labels[0]"
+    assert message.startswith("label 'a b' must be 1 to 94 characters without spaces")
+
+
+def test_duplicate_yaml_keys_are_rejected_with_path_and_lines(tmp_path: Path) -> None:
+    spec = tmp_path / "p.yaml"
+    spec.write_text(
+        "pipeline: p\n"
+        "tables:\n"
+        "  t:\n"
+        "    columns: {a: INT}\n"
+        "    connectors: []\n"
+        "  t:\n"
+        "    columns: {b: INT}\n"
+        "    connectors:\n"
+        "      - name: f\n"
+        "        transport: {name: file_input, config: {path: /x, path: /y}}\n"
+        "        format: {name: json}\n"
+    )
+    with pytest.raises(SpecValidationError) as exc:
+        load_pipeline(spec)
+    assert [(e.path, e.message) for e in exc.value.errors] == [
+        (
+            "tables.t.connectors[0].transport.config.path",
+            "duplicate key 'path' at line 10 (first at line 10); YAML keeps only the last one "
+            "and drops the first: merge them or rename one",
+        ),
+        (
+            "tables.t",
+            "duplicate key 't' at line 6 (first at line 3); YAML keeps only the last one and "
+            "drops the first: merge them or rename one",
+        ),
+    ]
+
+
+def test_yaml_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
+    spec = tmp_path / "p.yaml"
+    spec.write_text(
+        "pipeline: p\n"
+        "tables:\n"
+        "  t:\n"
+        "    columns: {a: INT}\n"
+        "    connectors:\n"
+        "      - &base {name: f, transport: {name: file_input, config: {path: /x}}, format: {name: json}}\n"
+        "      - <<: *base\n"
+        "        name: g\n"
+    )
+    assert [c.name for c in load_pipeline(spec).table("t").connectors] == ["f", "g"]
+
+
+def test_duplicate_json_keys_are_rejected(tmp_path: Path) -> None:
+    spec = tmp_path / "p.json"
+    spec.write_text(
+        '{"pipeline": "p", "tables": {"t": {"columns": {"a": "INT"}, "connectors": []},'
+        ' "t": {"columns": {"b": "INT"}, "connectors": []}}}'
+    )
+    with pytest.raises(SpecValidationError) as exc:
+        load_pipeline(spec)
+    assert [str(e) for e in exc.value.errors] == [
+        "duplicate key 't' in a JSON object; JSON keeps only the last one and drops the first: "
+        "merge them or rename one"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("columns", "path", "message"),
+    [
+        (
+            "a INT, a INT",
+            "tables.t.columns.a",
+            "column 'a' is defined twice in CREATE TABLE t; column names must be unique: "
+            "rename or remove one",
+        ),
+        (
+            "a INT, A BIGINT",  # unquoted names are lower-cased
+            "tables.t.columns.a",
+            "column 'a' is defined twice in CREATE TABLE t; column names must be unique: "
+            "rename or remove one",
+        ),
+        (
+            'a INT, "A" BIGINT',
+            "tables.t.columns.A",
+            "column 'A' is defined twice (also 'a'); column names must be unique, ignoring "
+            "case, because Spark and DuckDB read them case-insensitively",
+        ),
+    ],
+)
+def test_duplicate_sql_columns_are_rejected(columns: str, path: str, message: str) -> None:
+    assert one_error({"pipeline": "p", "sql": f"CREATE TABLE t ({columns})"}) == (path, message)
+
+
+def test_yaml_columns_differing_only_in_case_are_rejected() -> None:
+    assert one_error(table(files(), columns={"id": "INT", "ID": "BIGINT"})) == (
+        "tables.t.columns.ID",
+        "column 'ID' is defined twice (also 'id'); column names must be unique, ignoring case, "
+        "because Spark and DuckDB read them case-insensitively",
+    )
+
+
+def test_duplicate_keys_in_sql_connectors_json_are_rejected() -> None:
+    sql = (
+        'CREATE TABLE t (a INT) WITH (\'connectors\' = \'[{"name": "x", "name": "y", '
+        '"transport": {"name": "datagen"}}]\')'
+    )
+    assert (
+        "tables.t.connectors",
+        "duplicate key 'name' in a JSON object of 'connectors'; "
+        "JSON keeps only the last one and drops the first: merge them or rename one",
+    ) in errors({"pipeline": "p", "sql": sql})
+
+
+def test_connector_field_errors_do_not_hide_transport_and_format_errors() -> None:
+    bad = files(tasks_max=0)
+    bad["transport"]["config"]["pth"] = "/y"
+    bad["format"] = {"name": "json", "config": {"lines": "triple"}}
+    found = errors(table(bad))
+    assert [p for p, _ in found] == [
+        "tables.t.connectors[0].tasks_max",
+        "tables.t.connectors[0].transport.config.pth",
+        "tables.t.connectors[0].format.config.lines",
+    ]
+    assert found[0][1] == "input should be greater than or equal to 1 (got 0)"
+    assert found[1][1].startswith("unknown field 'pth' (did you mean 'path'?)")
+    assert found[2][1].startswith("input should be 'multiple' or 'single'")
+
+
+def test_connector_with_bad_fields_still_carries_its_labels() -> None:
+    # c's own field is wrong; d waiting for c's label gets no second, misleading error.
+    path, _ = one_error(table(files("c", labels="L", paused="maybe"), files("d", start_after="L")))
+    assert path == "tables.t.connectors[0].paused"
+
+
+@pytest.mark.parametrize("name", ["t__errors", "orders__ERRORS"])
+def test_table_names_ending_in_errors_are_reserved(name: str) -> None:
+    doc = table(files())
+    doc["tables"] = {name: doc["tables"]["t"]}
+    path, message = one_error(doc)
+    assert path == f"tables.{name}"
+    stem = name[: -len("__errors")]
+    assert message == (
+        f"table name {name!r} ends in '__errors', which is reserved: the dead letters of table "
+        f"{stem!r} go to the folder '{stem}__errors'; rename the table"
+    )
+    sql_error = one_error({"pipeline": "p", "sql": "CREATE TABLE t__errors (a INT)"})
+    assert sql_error[0] == "tables.t__errors" and "reserved" in sql_error[1]
+
+
+def test_spec_file_that_is_not_utf8_names_the_byte_offset(tmp_path: Path) -> None:
+    spec = tmp_path / "p.yaml"
+    spec.write_bytes(b"pipeline: p\n# caf\xe9\n")
+    with pytest.raises(SpecValidationError) as exc:
+        load_pipeline(spec)
+    assert [str(e) for e in exc.value.errors] == [
+        "the spec file must be UTF-8 text, but byte 0xe9 at byte offset 17 is not valid "
+        "UTF-8; save the file as UTF-8"
+    ]
+    assert exc.value.source == str(spec)
