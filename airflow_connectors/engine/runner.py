@@ -56,11 +56,48 @@ def waiting_for(store: StateStore, pipeline: PipelineSpec, spec: ConnectorSpec) 
 
 def label_carriers(pipeline: PipelineSpec, labels: tuple[str, ...] | list[str]) -> list[str]:
     """``table.connector`` of every connector carrying one of ``labels``."""
+    wanted = set(labels)
     return [
         f"{table.name}.{other.name}"
         for table, other in pipeline.connectors()
-        if set(other.labels) & set(labels)
+        if not wanted.isdisjoint(other.labels)
     ]
+
+
+def start_order(
+    targets: list[tuple[TableSpec, ConnectorSpec]],
+) -> list[tuple[TableSpec, ConnectorSpec]]:
+    """``targets`` with each connector after the targets carrying a label it waits for,
+    otherwise in spec order, so one round of an embedded run can start a whole
+    ``start_after`` chain, however it is declared. Kahn's algorithm (no recursion: chains
+    of thousands of connectors); connectors on a cycle, which validation rejects, keep
+    their spec order at the end."""
+    import heapq
+
+    carriers: dict[str, list[int]] = {}
+    for i, (_, c) in enumerate(targets):
+        for label in c.labels:
+            carriers.setdefault(label, []).append(i)
+    waiting_on = [0] * len(targets)  # carriers each target still waits for
+    unblocks: list[list[int]] = [[] for _ in targets]
+    for i, (_, c) in enumerate(targets):
+        for j in {j for label in c.start_after or () for j in carriers.get(label, ())}:
+            if j != i:
+                waiting_on[i] += 1
+                unblocks[j].append(i)
+    ready = [i for i, n in enumerate(waiting_on) if n == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for k in unblocks[i]:
+            waiting_on[k] -= 1
+            if waiting_on[k] == 0:
+                heapq.heappush(ready, k)
+    placed = set(order)
+    order += [i for i in range(len(targets)) if i not in placed]
+    return [targets[i] for i in order]
 
 
 def unfinished(store: StateStore, pipeline: str, endpoints: list[str]) -> list[str]:
@@ -106,11 +143,13 @@ class EmbeddedRunner:
 
     def run(self, only: str | None = None, max_rounds: int | None = None) -> RunReport:
         report = RunReport(self.pipeline.name)
-        targets = [
-            (t, c)
-            for t, c in self.pipeline.connectors()
-            if only is None or f"{t.name}.{c.name}" == only
-        ]
+        targets = start_order(
+            [
+                (t, c)
+                for t, c in self.pipeline.connectors()
+                if only is None or f"{t.name}.{c.name}" == only
+            ],
+        )
         if only is not None and not targets:
             self.pipeline.find(only)  # raises KeyError naming the tables/connectors
         for t, c in targets:
