@@ -31,10 +31,10 @@ from airflow.sdk import (
     AssetAny,
     AssetOrTimeSchedule,
     AssetWatcher,
-    CronTriggerTimetable,
 )
 
 from airflow_connectors.airflow.hooks.spark import DEFAULT_CONN_ID
+from airflow_connectors.airflow.timetables import ConnectorCronTimetable
 from airflow_connectors.spec import PipelineSpec, load_pipeline
 from airflow_connectors.spec.models import CRON_PRESETS, ConnectorSpec, TableSpec
 from airflow_connectors.spec.redact import mask_config
@@ -262,14 +262,15 @@ class ConnectorPipeline:
             )
             condition = watched if condition is None else AssetAny(condition, watched)
         cron = (
-            CronTriggerTimetable(
+            ConnectorCronTimetable(
                 CRON_PRESETS.get(trigger.schedule, trigger.schedule), timezone="UTC"
             )
             if trigger and trigger.schedule
             else None
         )
         if cron is not None and condition is not None:
-            return AssetOrTimeSchedule(timetable=cron, assets=condition)
+            # Airflow serializes a registered core timetable inside it too.
+            return AssetOrTimeSchedule(timetable=cron, assets=condition)  # type: ignore[arg-type]
         return cron if cron is not None else condition
 
     def _doc(

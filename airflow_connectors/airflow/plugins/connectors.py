@@ -7,10 +7,13 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_connectors.airflow.api.connect import create_app
+from airflow_connectors.airflow.timetables import ConnectorCronTimetable
 
 
 class AirflowConnectorsPlugin(AirflowPlugin):
     name = "airflow_connectors"
+    # Custom timetables must be registered for the scheduler to deserialize them.
+    timetables = [ConnectorCronTimetable]  # noqa: RUF012 - Airflow's plugin attribute
     fastapi_apps = [  # noqa: RUF012 - Airflow's plugin attribute
         {"app": create_app(), "url_prefix": "/connect", "name": "Connectors API"},
     ]

@@ -1,0 +1,97 @@
+"""Connector cron schedules run on the next tick, never for a tick already passed, and
+survive Airflow's DAG serialization (the scheduler reads the serialized form)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pendulum
+from conftest import dag_file
+
+from airflow_connectors.airflow.timetables import ConnectorCronTimetable
+
+
+def _restriction(earliest: dt.datetime | None, catchup: bool = False):  # type: ignore[no-untyped-def]
+    from airflow.timetables.base import TimeRestriction
+
+    return TimeRestriction(earliest=earliest, latest=None, catchup=catchup)
+
+
+def test_first_run_is_the_next_tick_not_the_last_past_one() -> None:
+    from airflow.timetables.trigger import CronTriggerTimetable
+
+    start = pendulum.datetime(2020, 1, 1, tz="UTC")
+    now = pendulum.now("UTC")
+    ours = ConnectorCronTimetable("*/5 * * * *", timezone="UTC").next_dagrun_info(
+        last_automated_data_interval=None, restriction=_restriction(start)
+    )
+    stock = CronTriggerTimetable("*/5 * * * *", timezone="UTC").next_dagrun_info(
+        last_automated_data_interval=None, restriction=_restriction(start)
+    )
+    assert ours is not None and stock is not None
+    # Airflow's own timetable starts at once for the tick that just passed; ours waits.
+    assert stock.run_after <= now
+    assert now <= ours.run_after <= now + dt.timedelta(minutes=5)
+    assert ours.run_after.minute % 5 == 0 and ours.run_after.second == 0
+
+
+def test_after_a_long_pause_the_next_run_is_a_future_tick() -> None:
+    from airflow.timetables.base import DataInterval
+
+    tt = ConnectorCronTimetable("@hourly", timezone="UTC")
+    long_ago = pendulum.datetime(2026, 1, 1, 10, tz="UTC")
+    info = tt.next_dagrun_info(
+        last_automated_data_interval=DataInterval(long_ago, long_ago),
+        restriction=_restriction(pendulum.datetime(2020, 1, 1, tz="UTC")),
+    )
+    assert info is not None and info.run_after >= pendulum.now("UTC")
+    # catchup=True keeps Airflow's behaviour: the tick after the last run.
+    caught_up = tt.next_dagrun_info(
+        last_automated_data_interval=DataInterval(long_ago, long_ago),
+        restriction=_restriction(pendulum.datetime(2020, 1, 1, tz="UTC"), catchup=True),
+    )
+    assert caught_up is not None and caught_up.run_after == long_ago.add(hours=1)
+
+
+def test_scheduled_connector_dags_serialize_with_the_timetable(tmp_path: Path) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    spec = {
+        "pipeline": "ticks",
+        "tables": {
+            "t": {
+                "columns": {"id": "BIGINT NOT NULL"},
+                "connectors": [
+                    {
+                        "name": "first",
+                        "labels": ["first"],
+                        "transport": {"name": "datagen", "config": {"plan": [{"limit": 1}]}},
+                    },
+                    {
+                        "name": "cron",
+                        "trigger": {"schedule": "*/5 * * * *"},
+                        "transport": {"name": "datagen", "config": {"plan": [{"limit": 1}]}},
+                    },
+                    {
+                        "name": "both",
+                        "start_after": ["first"],
+                        "trigger": {"schedule": "@daily"},
+                        "transport": {"name": "datagen", "config": {"plan": [{"limit": 1}]}},
+                    },
+                ],
+            }
+        },
+    }
+    (tmp_path / "ticks.yaml").write_text(json.dumps(spec))
+    dag_file(tmp_path, "ticks.yaml")
+    bag = DagBag(dag_folder=str(tmp_path))
+    assert bag.import_errors == {}
+    cron = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags["ticks.t.cron"]))
+    assert isinstance(cron.timetable, ConnectorCronTimetable)
+    assert cron.timetable.summary == "*/5 * * * *"
+    both = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags["ticks.t.both"]))
+    assert type(both.timetable).__name__ == "AssetOrTimeSchedule"
+    assert isinstance(both.timetable.timetable, ConnectorCronTimetable)
