@@ -9,6 +9,7 @@ CLI flags override all of them.
 from __future__ import annotations
 
 import configparser
+import contextlib
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -57,12 +58,16 @@ class Settings:
         )
         s = replace(
             s,
-            state_store_url=state_store_url or s.state_store_url,
+            # An empty URL given on purpose is an error the state store reports, not a
+            # silent fallback to the default store.
+            state_store_url=s.state_store_url if state_store_url is None else state_store_url,
             warehouse=warehouse or s.warehouse,
             spark_master=spark_master or s.spark_master,
         )
         if s.state_store_url.startswith("sqlite:///"):
-            Path(s.state_store_url.removeprefix("sqlite:///")).parent.mkdir(
-                parents=True, exist_ok=True
-            )
+            # A folder that cannot be made is reported by the state store, in one line.
+            with contextlib.suppress(OSError):
+                Path(s.state_store_url.removeprefix("sqlite:///")).parent.mkdir(
+                    parents=True, exist_ok=True
+                )
         return replace(s, warehouse=os.path.abspath(os.path.expanduser(s.warehouse)))
