@@ -103,17 +103,38 @@ def main(argv: list[str] | None = None) -> int:
         "pipeline": _pipeline,
         "connector": _connector,
     }[args.command]
-    return handler(args)
+    try:
+        return handler(args)
+    except RuntimeError as e:
+        from airflow_connectors.state.store import StateStoreUnavailable
+
+        if not isinstance(e, StateStoreUnavailable):
+            raise
+        print(e, file=sys.stderr)  # one line: the URL (password masked), why, what to do
+        return 1
 
 
 def _store_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--state-store-url",
+        type=_state_store_url,
         help="SQLAlchemy URL (default: [connectors] state_store_url, else SQLite under $AIRFLOW_HOME/connectors)",
     )
     p.add_argument(
         "--warehouse", help="folder of the Parquet tables (default: [connectors] warehouse)"
     )
+
+
+def _state_store_url(value: str) -> str:
+    if not value.strip():
+        # Not a silent fallback to the default store: the user meant some store.
+        raise argparse.ArgumentTypeError(
+            "is empty; give a SQLAlchemy URL such as "
+            "postgresql+psycopg://USER:PASSWORD@HOST:5432/DATABASE or "
+            "sqlite:////PATH/state.db, or leave the flag out to use [connectors] "
+            "state_store_url (default: SQLite under $AIRFLOW_HOME/connectors)"
+        )
+    return value
 
 
 def _api_flags(p: argparse.ArgumentParser) -> None:
