@@ -206,3 +206,68 @@ def test_run_skips_a_connector_another_run_is_planning(tmp_path: Path) -> None:
     told = [line for line in out.stderr.splitlines() if "another run" in line]
     assert len(told) == 1 and "connector p.t.c is being planned by another run" in told[0]
     assert "t.c: busy, +0 records" in out.stdout
+
+
+def test_validate_a_start_after_chain_of_1000_connectors(tmp_path: Path) -> None:
+    spec = tmp_path / "chain.yaml"
+    lines = ["pipeline: chain", "tables:", "  t:", "    columns: {a: INT}", "    connectors:"]
+    for i in range(1000):
+        after = f", start_after: l{i - 1}" if i else ""
+        lines.append(
+            f"      - {{name: c{i}, labels: l{i}{after}, "
+            "transport: {name: datagen, config: {plan: [{limit: 1}]}}}"
+        )
+    spec.write_text("\n".join(lines) + "\n")
+    out = cli("validate", str(spec), home=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len(out.stdout.splitlines()) == 1001
+    assert out.stdout.splitlines()[-1].endswith("labels=l999 start_after=l998")
+
+
+def test_validate_a_spec_that_is_not_utf8_in_one_line(tmp_path: Path) -> None:
+    spec = tmp_path / "latin1.yaml"
+    spec.write_bytes("pipeline: p\n# café\n".encode("latin-1"))
+    out = cli("validate", str(spec), home=tmp_path)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        f"{spec}: the spec file must be UTF-8 text, but byte 0xe9 at byte offset 17 is not "
+        "valid UTF-8; save the file as UTF-8"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "postgresql+psycopg://postgres:sekret@127.0.0.1:1/x",
+            "cannot connect to the state store 'postgresql+psycopg://postgres:***@127.0.0.1:1/x': ",
+        ),
+        ("notadb://x", "state store URL 'notadb://x' names the database 'notadb'"),
+        ("FILE", "cannot open the state store 'sqlite:///"),
+    ],
+)
+@pytest.mark.parametrize("command", ["stats", "pipeline", "run"])
+def test_unusable_state_store_url_is_one_line(
+    tmp_path: Path, url: str, shown: str, command: str
+) -> None:
+    if url == "FILE":  # a folder that cannot be made: its parent is a file
+        (tmp_path / "file").write_text("")
+        url = f"sqlite:///{tmp_path / 'file' / 'state.db'}"
+    args = {
+        "stats": ("stats", "p", "t", "c"),
+        "pipeline": ("pipeline", "p", "status", "--local"),
+        "run": ("run", str(QUICKSTART)),
+    }[command]
+    out = cli(*args, "--state-store-url", url, home=tmp_path)
+    assert out.returncode == 1
+    assert out.stderr.splitlines() == [out.stderr.strip()], out.stderr  # one line
+    assert out.stderr.startswith(shown), out.stderr
+    assert "sekret" not in out.stderr and "Traceback" not in out.stderr
+    assert "--state-store-url or [connectors] state_store_url" in out.stderr
+
+
+def test_empty_state_store_url_is_refused(tmp_path: Path) -> None:
+    out = cli("stats", "p", "t", "c", "--state-store-url", "", home=tmp_path)
+    assert out.returncode == 2
+    assert "argument --state-store-url: is empty; give a SQLAlchemy URL" in out.stderr
+    assert not (tmp_path / "connectors").exists()  # no fallback to the default store

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
 import sqlalchemy as sa
 
 from airflow_connectors.state import schema
-from airflow_connectors.state.store import ConnectorRef, ErrorRecord, ItemReceipt, StateStore
+from airflow_connectors.state.store import (
+    ConnectorRef,
+    ErrorRecord,
+    ItemReceipt,
+    StateStore,
+    StateStoreUnavailable,
+)
 
 REF = ConnectorRef("p", "t", "c")
 
@@ -202,3 +212,65 @@ def test_offsets_change_only_while_stopped(store_url: str) -> None:
     store.edit_offsets(REF, None)
     assert store.offsets(REF) == []
     store.close()
+
+
+# --- URLs that cannot be used: one line naming the URL (password masked) and a remedy --
+
+
+@pytest.mark.parametrize(
+    ("url", "shown", "said"),
+    [
+        (
+            "postgresql+psycopg://postgres:sekret@127.0.0.1:1/x",
+            "'postgresql+psycopg://postgres:***@127.0.0.1:1/x'",
+            "cannot connect to the state store",
+        ),
+        (
+            "notadb://x",
+            "'notadb://x'",
+            "names the database 'notadb', which SQLAlchemy does not know",
+        ),
+        ("garbage", "'garbage'", "is not a SQLAlchemy URL"),
+        (
+            "postgresql://u:sekret@h:port/x",
+            "'postgresql://u:***@h:port/x'",
+            "is not a SQLAlchemy URL",
+        ),
+        (
+            "mysql://u:sekret@h/x",
+            "'mysql://u:***@h/x'",
+            "needs a database driver that is not installed",
+        ),
+        ("", "", "the state store URL is empty"),
+    ],
+)
+def test_unusable_url_is_one_line_with_the_password_masked(url: str, shown: str, said: str) -> None:
+    with pytest.raises(StateStoreUnavailable) as exc:
+        StateStore(url)
+    message = str(exc.value)
+    assert "\n" not in message and "sekret" not in message
+    assert shown in message and said in message, message
+    assert message.endswith(
+        "set a working URL with --state-store-url or [connectors] state_store_url "
+        "(AIRFLOW__CONNECTORS__STATE_STORE_URL)"
+    )
+
+
+def test_sqlite_store_in_a_folder_that_cannot_exist(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    url = f"sqlite:///{tmp_path / 'file' / 'state.db'}"
+    with pytest.raises(StateStoreUnavailable) as exc:
+        StateStore(url)
+    assert str(exc.value).startswith(
+        f"cannot open the state store {url!r}: unable to open database file; the folder "
+        f"{tmp_path / 'file'} must exist and be writable; or set a working URL"
+    )
+
+
+def test_postgres_database_that_does_not_exist_names_it(pg_schema_factory: Any) -> None:
+    server = str(pg_schema_factory()).split("?")[0].rsplit("/", 1)[0]  # the machine's PostgreSQL
+    url = f"{server}/ac_no_such_database"
+    with pytest.raises(StateStoreUnavailable) as exc:
+        StateStore(url)
+    assert 'database "ac_no_such_database" does not exist' in str(exc.value)
+    assert "\n" not in str(exc.value)
