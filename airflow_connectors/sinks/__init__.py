@@ -1,10 +1,10 @@
 """Sinks: where a table's rows land. See :mod:`.base` for the contract."""
 
 from airflow_connectors._registry import Registry
-from airflow_connectors.sinks.base import PartWriter, Sink
+from airflow_connectors.sinks.base import PartWriter, Sink, SinkUnwritable
 
 SINKS = Registry(
     "sink", "airflow_connectors.sinks", {"parquet": "airflow_connectors.sinks.parquet:ParquetSink"}
 )
 
-__all__ = ["SINKS", "PartWriter", "Sink"]
+__all__ = ["SINKS", "PartWriter", "Sink", "SinkUnwritable"]

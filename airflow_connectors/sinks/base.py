@@ -17,6 +17,12 @@ Kind = Literal["rows", "errors"]
 KINDS: tuple[Kind, ...] = ("rows", "errors")
 
 
+class SinkUnwritable(RuntimeError):
+    """The sink's location cannot be written (a read-only folder, a file where a folder
+    should be). One line that names the path and says what to do; raised by sinks from
+    ``prepare`` (on the driver, before Spark starts), part writers and ``publish``."""
+
+
 class PartWriter(ABC):
     """Writes one work item's rows (or dead letters) of one batch attempt."""
 
@@ -26,6 +32,10 @@ class PartWriter(ABC):
     @abstractmethod
     def close(self) -> int:
         """Finish the part; returns rows written."""
+
+    def abort(self) -> None:  # noqa: B027 - optional hook: staged output is discarded anyway
+        """Drop what was written: the work item is skipped (``errors.tolerance: all``
+        and an object that cannot be decoded). The attempt's ``discard`` removes it too."""
 
 
 class Sink(ABC):
@@ -46,7 +56,8 @@ class Sink(ABC):
 
     @abstractmethod
     def prepare(self, batch_id: int, attempt: str) -> None:
-        """Before an attempt writes: remove anything an earlier attempt of it left."""
+        """Before an attempt writes: remove anything an earlier attempt of it left.
+        Raises :class:`SinkUnwritable` when the sink cannot be written at all."""
 
     @abstractmethod
     def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:

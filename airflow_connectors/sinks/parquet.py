@@ -13,7 +13,7 @@ import shutil
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink
+from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkUnwritable
 from airflow_connectors.transports.base import StrictConfig
 
 if TYPE_CHECKING:
@@ -41,6 +41,38 @@ def errors_schema() -> pa.Schema:
     )
 
 
+REMEDY = (
+    "make it a writable folder, or point the warehouse (--warehouse, [connectors] "
+    "warehouse) or the table's sink path at one"
+)
+
+
+def _blocker(path: str) -> str | None:
+    """Why folder ``path`` cannot be created or written (its nearest existing ancestor
+    is a file, or is not writable), or None."""
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return None
+        probe = parent
+    if not os.path.isdir(probe):
+        return f"{probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
+def unwritable(path: str, cause: OSError | None = None) -> SinkUnwritable:
+    """The one-line error for a folder that cannot be written."""
+    reason = _blocker(path)
+    if reason is None and cause is not None:
+        reason = cause.strerror or str(cause) or type(cause).__name__
+        if cause.filename:
+            reason += f": {cause.filename}"
+    return SinkUnwritable(f"cannot write {path}: {reason or 'unknown error'}; {REMEDY}")
+
+
 class _ParquetPart(PartWriter):
     def __init__(self, final_path: str, compression: str) -> None:
         self.final_path = final_path
@@ -54,19 +86,34 @@ class _ParquetPart(PartWriter):
 
         if table.num_rows == 0:
             return
-        if self._writer is None:
-            os.makedirs(os.path.dirname(self.final_path), exist_ok=True)
-            self._writer = pq.ParquetWriter(
-                self.tmp_path, table.schema, compression=self.compression
-            )
-        self._writer.write_table(table, row_group_size=1 << 20)
+        try:
+            if self._writer is None:
+                os.makedirs(os.path.dirname(self.final_path), exist_ok=True)
+                self._writer = pq.ParquetWriter(
+                    self.tmp_path, table.schema, compression=self.compression
+                )
+            self._writer.write_table(table, row_group_size=1 << 20)
+        except OSError as e:
+            raise unwritable(os.path.dirname(self.final_path), e) from e
         self.rows += table.num_rows
 
     def close(self) -> int:
         if self._writer is not None:
-            self._writer.close()
-            os.replace(self.tmp_path, self.final_path)
+            try:
+                self._writer.close()
+                os.replace(self.tmp_path, self.final_path)
+            except OSError as e:
+                raise unwritable(os.path.dirname(self.final_path), e) from e
         return self.rows
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            with contextlib.suppress(OSError):
+                self._writer.close()
+            self._writer = None
+        with contextlib.suppress(OSError):
+            os.remove(self.tmp_path)
+        self.rows = 0
 
 
 class ParquetSink(Sink):
@@ -84,6 +131,14 @@ class ParquetSink(Sink):
 
     def prepare(self, batch_id: int, attempt: str) -> None:
         shutil.rmtree(self._staging(batch_id, attempt), ignore_errors=True)
+        # On the driver, before Spark starts: an unwritable warehouse is one line naming
+        # the path, not a failure of every Spark task.
+        for path in (self.location("rows"), self.location("errors"), self._staging(batch_id)):
+            reason = _blocker(path)
+            if reason is not None:
+                raise SinkUnwritable(
+                    f"table {self.table.name}: cannot write {path}: {reason}; {REMEDY}"
+                )
 
     def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:
         name = f"part-{batch_id:010d}-{part:05d}.parquet"
@@ -98,10 +153,13 @@ class ParquetSink(Sink):
             if not os.path.isdir(src):
                 continue
             dest = self.location(kind)
-            os.makedirs(dest, exist_ok=True)
-            for name in sorted(os.listdir(src)):
-                if name.endswith(".parquet"):
-                    os.replace(os.path.join(src, name), os.path.join(dest, name))
+            try:
+                os.makedirs(dest, exist_ok=True)
+                for name in sorted(os.listdir(src)):
+                    if name.endswith(".parquet"):
+                        os.replace(os.path.join(src, name), os.path.join(dest, name))
+            except OSError as e:
+                raise unwritable(dest, e) from e
         self.discard(batch_id)
 
     def discard(self, batch_id: int, attempt: str | None = None) -> None:
