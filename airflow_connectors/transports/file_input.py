@@ -186,8 +186,10 @@ class FileInputTransport(Transport):
         try:
             fh = open(item.key, "rb")  # noqa: SIM115 - closed below; a generator owns it
         except FileNotFoundError as e:
+            # FileNotFoundError: the engine treats a vanished object as unreadable (skipped
+            # under errors.tolerance: all), other OSErrors as an unreachable source.
             raise FileNotFoundError(
-                f"file_input: {item.key} was listed but is gone; restore it or the batch cannot be re-read"
+                f"file_input: {item.key} was listed for this batch but is gone"
             ) from e
         with fh:
             fh.seek(item.start)

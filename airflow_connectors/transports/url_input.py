@@ -43,6 +43,27 @@ class UrlInputTransport(Transport):
     def read(self, item: WorkItem) -> Iterator[bytes]:
         import httpx
 
+        try:
+            yield from self._get(item)
+        except httpx.TimeoutException as e:
+            # OSError subclasses: the engine reports an unreachable source in one line
+            # and leaves the batch planned for the next run.
+            raise TimeoutError(
+                f"url_input: GET {mask_url(item.key)} got no answer within "
+                f"{self.config.timeout:g} s ({type(e).__name__}); check that the server is "
+                "up, or raise timeout"
+            ) from e
+        except httpx.ConnectError as e:
+            raise ConnectionError(
+                f"url_input: cannot connect to {mask_url(item.key)} ({_reason(e)}); check "
+                "that the server is up and the URL is right"
+            ) from e
+        except httpx.HTTPError as e:
+            raise OSError(f"url_input: GET {mask_url(item.key)} failed: {_reason(e)}") from e
+
+    def _get(self, item: WorkItem) -> Iterator[bytes]:
+        import httpx
+
         headers = {"Range": f"bytes={item.start}-"} if item.start else {}
         with (
             httpx.Client(timeout=self.config.timeout, follow_redirects=False) as client,
@@ -75,6 +96,11 @@ class UrlInputTransport(Transport):
 
     def describe(self) -> str:
         return f"url_input: {mask_url(self.config.path)}"
+
+
+def _reason(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
 def _range_start(content_range: str) -> int:
