@@ -10,9 +10,11 @@ A crash anywhere before 4 leaves the batch planned and the next run re-executes 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -21,7 +23,8 @@ from typing import Any
 
 from airflow_connectors.engine import failpoints
 from airflow_connectors.engine.context import BatchContext
-from airflow_connectors.engine.reader import ingest_partition
+from airflow_connectors.engine.reader import ItemFailure, ingest_partition
+from airflow_connectors.sinks.base import Sink, SinkUnwritable
 from airflow_connectors.spec.redact import mask_text, secret_values
 from airflow_connectors.state.store import ErrorRecord, ItemReceipt, StateStore
 
@@ -29,7 +32,9 @@ log = logging.getLogger(__name__)
 
 
 class BatchFailed(RuntimeError):
-    """A batch could not be ingested; the message names connector, object and record."""
+    """A batch could not be ingested; the message is one line that names the connector,
+    the object (and record) and what to do. The batch stays planned: the next run
+    retries it."""
 
 
 @dataclass
@@ -41,6 +46,8 @@ class BatchResult:
     parse_errors: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    #: Unreadable objects skipped under ``errors.tolerance: all`` (transport errors).
+    skipped: int = 0
 
 
 def publish_committed(store: StateStore, ctx: BatchContext, batch_id: int, attempt: str) -> None:
@@ -61,13 +68,17 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
 
     ctx.attempt = f"{store.start_attempt(batch_id)}-{uuid.uuid4().hex[:8]}"
     sink = ctx.sink()
-    sink.prepare(batch_id, ctx.attempt)
+    try:
+        sink.prepare(batch_id, ctx.attempt)  # an unwritable warehouse fails here, no Spark
+    except SinkUnwritable as exc:
+        return _fail(store, ctx, sink, f"connector {ctx.ref}: {exc}", "transport", exc)
     failpoints.reach("before_sink_write")
     session = spark()
     plan = json.dumps({"plan": batch.plan, "batch_id": batch_id, "attempt": ctx.attempt})
     failpoints.reach("sink_write_started")
     try:
-        # One Spark task per work item; each writes its sink part and returns a receipt.
+        # One Spark task per work item; each writes its sink part and returns a receipt
+        # (or the item's failure: bad input never raises in the worker, see reader).
         # A plain RDD job: Spark's pooled Python workers start once per session, where
         # reading through the data source would start planner processes per batch.
         items = len(batch.plan["items"])
@@ -79,27 +90,44 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
             else []
         )
     except Exception as exc:
+        # Spark itself failed (a worker crashed, the JVM ran out of memory): one line of
+        # the error, the whole Py4J text at DEBUG.
         message, kind = _failure(exc, ctx, batch_id)
-        recorded = store.record_failure(ctx.ref, message, batch_id=batch_id, kind=kind)
-        sink.discard(batch_id, ctx.attempt)
-        if not recorded:
-            # A concurrent run of the connector committed this batch (its publish removes
-            # the batch's other staging folders), or a stop released it: not a failure.
-            log.warning(
-                "%s batch %d: this attempt stopped (%s) but another run committed or a stop "
-                "released the batch meanwhile; nothing to do",
+        return _fail(store, ctx, sink, message, kind, exc)
+    failpoints.reach("after_sink_write")
+    results = sorted((json.loads(r) for r in rows), key=lambda d: d["part"])
+    failures = [ItemFailure(**d["failure"]) for d in results if "failure" in d]
+    if failures:
+        for f in failures:
+            log.debug(
+                "%s batch %d: %s failed in its Spark task:\n%s",
                 ctx.ref,
                 batch_id,
-                message,
+                f.key,
+                _masked(f.trace, ctx),
             )
-            return BatchResult(batch_id, ctx.ref.endpoint_name, committed=False)
-        raise BatchFailed(message) from exc
-    failpoints.reach("after_sink_write")
+        first = failures[0]
+        message = first.message
+        if len(failures) > 1:
+            message += f" (and {len(failures) - 1} more object(s) of the batch failed)"
+        return _fail(
+            store,
+            ctx,
+            sink,
+            _masked(message, ctx),
+            "parse" if first.stage == "parse" else "transport",
+            source_key=first.key,
+        )
     receipts: list[ItemReceipt] = []
     errors: list[ErrorRecord] = []
-    for data in sorted((json.loads(r) for r in rows), key=lambda d: d["part"]):
+    for data in results:
         receipts.append(ItemReceipt(**data["receipt"]))
-        errors.extend(ErrorRecord(**e) for e in data["errors"])
+        for e in data["errors"]:
+            error = ErrorRecord(**e)
+            if error.kind == "transport":  # an unreadable object skipped (tolerance: all)
+                error = ErrorRecord(error.kind, _masked(error.message, ctx), error.source_key)
+                log.warning("%s", error.message)
+            errors.append(error)
     if not store.commit_batch(batch_id, ctx.attempt, receipts, errors):
         sink.discard(batch_id, ctx.attempt)  # another attempt won the commit
         return BatchResult(batch_id, ctx.ref.endpoint_name, committed=False)
@@ -113,36 +141,104 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
         parse_errors=sum(r.bad for r in receipts),
         bytes=sum(r.bytes for r in receipts),
         seconds=time.monotonic() - t0,
+        skipped=sum(e.kind == "transport" for e in errors),
     )
     log.info(
-        "%s batch %d committed: %d records, %d parse errors, %d bytes, %d items in %.1f s",
+        "%s batch %d committed: %d records, %d parse errors, %d bytes, %d items%s in %.1f s",
         ctx.ref,
         batch_id,
         result.records,
         result.parse_errors,
         result.bytes,
         len(receipts),
+        f" ({result.skipped} unreadable skipped)" if result.skipped else "",
         result.seconds,
     )
     return result
 
 
+def _fail(
+    store: StateStore,
+    ctx: BatchContext,
+    sink: Sink,
+    message: str,
+    kind: str,
+    exc: BaseException | None = None,
+    *,
+    source_key: str | None = None,
+) -> BatchResult:
+    """Record the batch's failure (the connector becomes FAILED with ``message``), drop
+    its staged output and raise :class:`BatchFailed`; or, when the batch is no longer
+    planned, say so and return a no-op result."""
+    batch_id = ctx.batch_id
+    if exc is not None:
+        log.debug("%s batch %d failed:\n%s", ctx.ref, batch_id, _masked(_trace(exc), ctx))
+    recorded = store.record_failure(
+        ctx.ref, message, batch_id=batch_id, kind=kind, source_key=source_key
+    )
+    with contextlib.suppress(OSError):
+        sink.discard(batch_id, ctx.attempt)
+    if not recorded:
+        # A concurrent run of the connector committed this batch (its publish removes
+        # the batch's other staging folders), or a stop released it: not a failure.
+        log.warning(
+            "%s batch %d: this attempt stopped (%s) but another run committed or a stop "
+            "released the batch meanwhile; nothing to do",
+            ctx.ref,
+            batch_id,
+            message,
+        )
+        return BatchResult(batch_id, ctx.ref.endpoint_name, committed=False)
+    raise BatchFailed(message) from exc
+
+
+def _trace(exc: BaseException) -> str:
+    import traceback
+
+    return "".join(traceback.format_exception(exc))
+
+
+def _masked(message: str, ctx: BatchContext) -> str:
+    """``message`` with the connector's secrets masked (it is stored, shown by the REST
+    API and logged)."""
+    return mask_text(message, secret_values(ctx.connector.model_dump(mode="json")))
+
+
 def _failure(exc: Exception, ctx: BatchContext, batch_id: int) -> tuple[str, str]:
-    """The user-facing message inside a Spark/Python worker traceback, with the
-    connector's secrets masked (it is stored, shown by the REST API and logged)."""
+    """One line for an exception Spark raised (a Py4J error or a ``PythonException``
+    whose text holds Java and Python traces), masked."""
     message, kind = _failure_line(str(exc), ctx, batch_id)
-    return mask_text(message, secret_values(ctx.connector.model_dump(mode="json"))), kind
+    return _masked(message, ctx), kind
+
+
+#: ``SomeError: message`` as the last line of a Python trace, or a Java exception.
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[\w.]+\.)?(\w*(?:Error|Exception|Rejected|Failed|Unwritable)): (.+)$"
+)
 
 
 def _failure_line(text: str, ctx: BatchContext, batch_id: int) -> tuple[str, str]:
-    for marker, kind in (
-        ("RecordRejected: ", "parse"),
-        ("FileNotFoundError: ", "transport"),
-        ("OSError: ", "transport"),
-        ("ValueError: ", "transport"),
-    ):
-        if marker in text:
-            line = text.split(marker, 1)[1].splitlines()[0]
-            return line, kind
-    first = text.strip().splitlines()[0] if text.strip() else "unknown error"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if "Traceback (most recent call last):" in text:
+        # The Python worker's own error: the last exception line of its trace.
+        tail = text.rsplit("Traceback (most recent call last):", 1)[1].splitlines()
+        for line in reversed(tail):
+            m = _EXCEPTION_LINE.match(line.strip())
+            if m and not line.startswith((" ", "\t")):
+                name, cause = m.groups()
+                if name == "RecordRejected":
+                    return cause, "parse"
+                if cause.startswith("connector "):
+                    return cause, "transport"
+                return (
+                    f"connector {ctx.ref}: batch {batch_id} failed in Spark: {name}: {cause}",
+                    "transport",
+                )
+    for line in lines:
+        m = _EXCEPTION_LINE.match(line.removeprefix(": "))
+        if m and "py4j" not in line.lower():
+            name, cause = m.groups()
+            cause = cause.split(": ", 1)[-1] if name == "SparkException" else cause
+            return f"connector {ctx.ref}: batch {batch_id} failed in Spark: {cause}", "transport"
+    first = lines[0] if lines else "unknown error"
     return f"connector {ctx.ref}: batch {batch_id} failed: {first}", "transport"

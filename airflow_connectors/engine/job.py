@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow_connectors.engine.batch import BatchFailed, run_batch
 from airflow_connectors.settings import Settings
+from airflow_connectors.sinks.base import SinkUnwritable
 from airflow_connectors.state.store import StateStore
 
 log = logging.getLogger("airflow_connectors.engine.job")
@@ -53,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for batch_id in args.batch_id:
             run_batch(store, batch_id, spark)
-    except BatchFailed as e:
+    except (BatchFailed, SinkUnwritable) as e:
+        # One line (the batch's failure is stored as the connector's fatal error); the
+        # traces of the Spark tasks are logged at DEBUG.
         print(f"ingest failed: {e}", file=sys.stderr)
         return 1
     finally:

@@ -1,25 +1,71 @@
 """Read one work item inside a Spark executor: transport -> format -> table schema ->
 sink part, with bad records counted, reported and (``errors.tolerance: all``) written to
 the dead-letter table. Pure Python + pyarrow; :func:`ingest_partition` is the Spark task
-body the engine runs, :mod:`.datasource` wraps the same code as Spark data sources."""
+body the engine runs, :mod:`.datasource` wraps the same code as Spark data sources.
+
+A failure that is not about one record is classified here, in the worker, and returned
+to the driver as an :class:`ItemFailure` (one line, plus the worker's trace for DEBUG
+logs) instead of being raised: a raised exception reaches the driver as a Py4J error of
+thousands of lines. Stages:
+
+- ``object``: the object cannot be decoded (a corrupt or empty Parquet file) or vanished
+  since it was planned. Under ``errors.tolerance: all`` the item is skipped (completed
+  with no rows, counted as a transport error), as Spark's ``ignoreCorruptFiles`` and
+  ``ignoreMissingFiles``; under ``none`` the batch fails naming the object.
+- ``source``: the source cannot be reached (a closed port, HTTP 5xx, a timeout). Never
+  skipped: the batch stays planned and the next run retries it.
+- ``sink``: the table cannot be written (:class:`SinkUnwritable`).
+- ``parse``: a bad record under ``errors.tolerance: none`` (:class:`RecordRejected`).
+- ``internal``: anything else (a bug); the trace is kept for DEBUG logs.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.formats.base import RecordError, conform, target_schema
+from airflow_connectors.sinks.base import PartWriter, SinkUnwritable
 from airflow_connectors.state.store import ErrorRecord, ItemReceipt
 from airflow_connectors.transports import WorkItem
 
 log = logging.getLogger(__name__)
 MAX_REPORTED_ERRORS = 100
 
+Stage = Literal["object", "source", "sink", "parse", "internal"]
+
 
 class RecordRejected(ValueError):
     """A bad record with ``errors.tolerance: none``: the batch fails, nothing commits."""
+
+
+@dataclass(frozen=True)
+class ItemFailure:
+    """Why a work item could not be ingested: plain strings, so it crosses from the
+    Spark worker to the driver as JSON (no pickled exception, no Py4J trace)."""
+
+    stage: Stage
+    key: str
+    #: One line for users: connector, object, cause and what to do.
+    message: str
+    #: The worker's Python trace, for DEBUG logs only.
+    trace: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ItemFailed(Exception):
+    """Raised inside :func:`ingest_item` with the classified failure; caught by
+    :func:`ingest_partition`, which returns it to the driver."""
+
+    def __init__(self, failure: ItemFailure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
 
 
 @dataclass
@@ -29,25 +75,142 @@ class ItemOutcome:
 
 
 class _Counter:
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self.chunks = chunks
-        self.bytes = 0
+    """The transport's chunks, counted; remembers an error the transport raised, so a
+    failure surfacing through the format is still told apart from a decoding error."""
 
-    def __iter__(self) -> Iterator[bytes]:
-        for chunk in self.chunks:
-            self.bytes += len(chunk)
-            yield chunk
+    def __init__(self, read: Callable[[], Iterable[Any]]) -> None:
+        self.read = read
+        self.bytes = 0
+        self.error: BaseException | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            for chunk in self.read():
+                if isinstance(chunk, bytes | bytearray | memoryview):
+                    self.bytes += len(chunk)
+                yield chunk
+        except Exception as e:
+            self.error = e
+            raise
+
+
+class _SinkPart(PartWriter):
+    """A part writer whose failures are sink failures, whatever the sink raises."""
+
+    def __init__(self, inner: PartWriter, fail: Any) -> None:
+        self.inner = inner
+        self.fail = fail
+
+    def write(self, table: Any) -> None:
+        try:
+            self.inner.write(table)
+        except Exception as e:
+            raise self.fail(e) from e
+
+    def close(self) -> int:
+        try:
+            return self.inner.close()
+        except Exception as e:
+            raise self.fail(e) from e
+
+    def abort(self) -> None:
+        self.inner.abort()
+
+
+def cause(e: BaseException) -> str:
+    """The first line of an exception's message (its type when it has none)."""
+    lines = [line for line in str(e).strip().splitlines() if line.strip()]
+    return lines[0].strip().rstrip(".") if lines else type(e).__name__
 
 
 def ingest_item(ctx: BatchContext, part: int, item: WorkItem) -> ItemOutcome:
-    """Read ``item`` and write its rows as part ``part`` of the batch attempt."""
+    """Read ``item`` and write its rows as part ``part`` of the batch attempt.
+
+    Raises :class:`ItemFailed` when the item cannot be ingested; returns a skipped
+    item's receipt (and its transport error) when ``errors.tolerance: all`` lets an
+    unreadable object pass."""
+    tolerate = ctx.connector.errors.tolerance == "all"
+    writers: list[PartWriter] = []
+    try:
+        return _ingest_item(ctx, part, item, writers)
+    except ItemFailed as failed:
+        f = failed.failure
+        if f.stage != "object" or not tolerate:
+            raise
+    for w in writers:  # nothing of a skipped object lands
+        w.abort()
+    return ItemOutcome(
+        ItemReceipt(
+            key=item.key,
+            offset=item.end if item.end is not None else item.start,
+            records=0,
+            bad=0,
+            bytes=0,
+            completed=True,
+            records_done=item.records_done,
+        ),
+        [ErrorRecord("transport", f.message, item.key)],
+    )
+
+
+def _failure(
+    ctx: BatchContext, item: WorkItem, stage: Stage, e: BaseException, text: str
+) -> ItemFailed:
+    """The failure of ``item`` in one line: the connector, ``text`` (the object and the
+    cause), and what to do under the connector's ``errors.tolerance``."""
+    ref, batch = ctx.ref, ctx.batch_id
+    if stage == "object" and ctx.connector.errors.tolerance == "all":
+        message = f"connector {ref}: skipped an unreadable object (errors.tolerance: all): {text}"
+    elif stage == "object":
+        message = (
+            f"connector {ref}: {text}; batch {batch} was not committed. Fix or remove the "
+            "object, or set errors.tolerance: all to skip unreadable objects; then stop and "
+            "resume the connector so the batch is planned again"
+        )
+    elif stage == "source":
+        message = (
+            f"connector {ref}: {text}; batch {batch} was not committed; the next run retries it"
+        )
+    else:  # sink, parse
+        message = f"connector {ref}: {text}; batch {batch} was not committed"
+    return ItemFailed(ItemFailure(stage, item.key, message, "".join(traceback.format_exception(e))))
+
+
+def _names(text: str, key: str) -> bool:
+    from airflow_connectors.spec.redact import mask_url
+
+    return key in text or mask_url(key) in text
+
+
+def _ingest_item(
+    ctx: BatchContext, part: int, item: WorkItem, writers: list[PartWriter]
+) -> ItemOutcome:
     import pyarrow as pa
 
     transport = ctx.transport()
     fmt = ctx.format()
     sink = ctx.sink()
     schema = target_schema(ctx.table)
-    rows = sink.writer(ctx.batch_id, ctx.attempt, part, "rows")
+
+    def sink_failed(e: BaseException) -> ItemFailed:
+        if isinstance(e, ItemFailed):
+            return e
+        text = (
+            str(e)
+            if isinstance(e, SinkUnwritable)
+            else f"cannot write table {ctx.table.name}: {type(e).__name__}: {cause(e)}"
+        )
+        return _failure(ctx, item, "sink", e, text)
+
+    def writer(kind: Literal["rows", "errors"]) -> PartWriter:
+        try:
+            w = _SinkPart(sink.writer(ctx.batch_id, ctx.attempt, part, kind), sink_failed)
+        except Exception as e:
+            raise sink_failed(e) from e
+        writers.append(w)
+        return w
+
+    rows = writer("rows")
     dead = None
     good = bad = 0
     reported: list[ErrorRecord] = []
@@ -59,16 +222,17 @@ def ingest_item(ctx: BatchContext, part: int, item: WorkItem) -> ItemOutcome:
             return
         if not tolerate:
             e = errors[0]
-            raise RecordRejected(
+            message = (
                 f"connector {ctx.ref}: record {e.record} of {item.key}: {e.error}; "
                 f"raw text: {e.raw[:300]!r}. The batch was not committed. Fix the source, or set "
                 f"errors.tolerance: all to send bad records to {ctx.table.name}__errors"
             )
+            raise ItemFailed(ItemFailure("parse", item.key, message))
         from airflow_connectors.sinks.parquet import errors_schema
 
         bad += len(errors)
         if dead is None:
-            dead = sink.writer(ctx.batch_id, ctx.attempt, part, "errors")
+            dead = writer("errors")
         dead.write(
             pa.table(
                 {
@@ -90,29 +254,54 @@ def ingest_item(ctx: BatchContext, part: int, item: WorkItem) -> ItemOutcome:
                     )
                 )
 
+    counted = _Counter(lambda: transport.read(item))
+
+    def failed(e: Exception, what: str) -> ItemFailed:
+        """Classify an error raised while reading and decoding the item."""
+        if isinstance(e, ItemFailed):
+            return e
+        err = counted.error
+        if err is not None:  # raised by the transport
+            text = (
+                cause(err)
+                if _names(cause(err), item.key)
+                else f"cannot read {item.key}: {cause(err)}"
+            )
+            # A vanished object is unreadable (skippable); anything else is a source
+            # that cannot be reached now, retried by the next run.
+            return _failure(
+                ctx, item, "object" if isinstance(err, FileNotFoundError) else "source", err, text
+            )
+        return _failure(ctx, item, "object", e, f"{what}: {cause(e)}")
+
     if fmt is None:  # integrated transport: record batches in the table schema
         nbytes = 0
-        for rb in transport.read(item):
-            assert isinstance(rb, pa.RecordBatch)
-            table = conform(pa.Table.from_batches([rb]), ctx.table, schema)
-            rows.write(table)
-            good += table.num_rows
-            nbytes += table.nbytes
+        try:
+            for rb in counted:
+                assert isinstance(rb, pa.RecordBatch)
+                table = conform(pa.Table.from_batches([rb]), ctx.table, schema)
+                rows.write(table)
+                good += table.num_rows
+                nbytes += table.nbytes
+        except Exception as e:
+            raise failed(e, f"cannot convert the records of {item.key}") from e
         offset = item.end if item.end is not None else item.start + good
         completed = item.final
     else:
-        counted = _Counter(iter(_bytes_only(transport.read(item))))
         consumed = 0
-        for decoded in fmt.decode(
-            iter(counted),
-            final=item.final,
-            first_record=item.records_done + 1,
-            at_start=item.start == 0,
-        ):
-            rows.write(decoded.table)
-            good += decoded.table.num_rows
-            reject(decoded.errors)
-            consumed = max(consumed, decoded.consumed)
+        try:
+            for decoded in fmt.decode(
+                iter(_bytes_only(counted)),
+                final=item.final,
+                first_record=item.records_done + 1,
+                at_start=item.start == 0,
+            ):
+                rows.write(decoded.table)
+                good += decoded.table.num_rows
+                reject(decoded.errors)
+                consumed = max(consumed, decoded.consumed)
+        except Exception as e:
+            raise failed(e, f"cannot decode {item.key} as {fmt.name}") from e
         nbytes = consumed
         offset = item.start + consumed
         completed = item.final
@@ -133,7 +322,7 @@ def ingest_item(ctx: BatchContext, part: int, item: WorkItem) -> ItemOutcome:
     return ItemOutcome(receipt, reported)
 
 
-def _bytes_only(chunks: Iterator[object]) -> Iterator[bytes]:
+def _bytes_only(chunks: Iterable[object]) -> Iterator[bytes]:
     for chunk in chunks:
         if not isinstance(chunk, bytes | bytearray | memoryview):
             raise TypeError(
@@ -144,13 +333,32 @@ def _bytes_only(chunks: Iterator[object]) -> Iterator[bytes]:
 
 def ingest_partition(plan: str, part: int, _rows: Iterator[object]) -> Iterator[str]:
     """Spark task body (``rdd.mapPartitionsWithIndex``): ingest work item ``part`` of the
-    batch described by ``plan`` (JSON: plan, batch_id, attempt) and return its receipt as
-    one JSON string. Module-level so Spark's Python workers import it by reference."""
+    batch described by ``plan`` (JSON: plan, batch_id, attempt) and return its receipt,
+    or its :class:`ItemFailure`, as one JSON string. Never raises for bad input: the
+    driver turns a failure into one line. Module-level so Spark's Python workers import
+    it by reference."""
     import json
 
     data = json.loads(plan)
-    ctx = BatchContext.from_plan(data["plan"], data["batch_id"], data["attempt"])
-    outcome = ingest_item(ctx, part, ctx.items[part])
+    where = f"batch {data['batch_id']}"
+    try:
+        ctx = BatchContext.from_plan(data["plan"], data["batch_id"], data["attempt"])
+        item = ctx.items[part]
+        where = f"connector {ctx.ref}: batch {ctx.batch_id} failed on {item.key}"
+        outcome = ingest_item(ctx, part, item)
+    except ItemFailed as e:
+        yield json.dumps({"part": part, "failure": e.failure.to_json()})
+        return
+    except Exception as e:  # a bug, not bad input: still one line, the trace for DEBUG
+        failure = ItemFailure(
+            "internal",
+            data["plan"]["items"][part]["key"],
+            f"{where}: {type(e).__name__}: {cause(e)} (an internal error; the full trace is "
+            "logged at DEBUG level)",
+            "".join(traceback.format_exception(e)),
+        )
+        yield json.dumps({"part": part, "failure": failure.to_json()})
+        return
     yield json.dumps(
         {
             "part": part,

@@ -549,6 +549,9 @@ class StateStore:
                     total_records=c.total_records + sum(r.records for r in receipts),
                     total_bytes=c.total_bytes + sum(r.bytes for r in receipts),
                     num_parse_errors=c.num_parse_errors + sum(r.bad for r in receipts),
+                    # Unreadable objects a batch skipped (errors.tolerance: all).
+                    num_transport_errors=c.num_transport_errors
+                    + sum(e.kind == "transport" for e in errors),
                     fatal_error=None,
                     state="RUNNING",
                     updated_at=now,
