@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="print the first N rows of each table (default 5)",
     )
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help="log at DEBUG level, with the full traces of failed batches",
+    )
     _store_flags(p)
 
     p = sub.add_parser("stats", help="a connector's status in Feldera's shape")
@@ -211,19 +216,18 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from airflow_connectors.engine.batch import BatchFailed
     from airflow_connectors.engine.runner import EmbeddedRunner
 
+    if args.debug:
+        logging.getLogger("airflow_connectors").setLevel(logging.DEBUG)
     spec = _load(args)
     if spec is None:
         return 1
     settings = Settings.load(state_store_url=args.state_store_url, warehouse=args.warehouse)
     runner = EmbeddedRunner(spec, settings)
     try:
-        report = runner.run(only=args.connector, max_rounds=args.max_rounds)
-    except BatchFailed as e:
-        print(f"run failed: {e}", file=sys.stderr)
-        return 1
+        # A connector that fails fails alone: the others run, the report lists it.
+        report = runner.run(only=args.connector, max_rounds=args.max_rounds, raise_on_failure=False)
     except KeyError as e:
         print(f"run failed: {e.args[0]}", file=sys.stderr)
         return 1
@@ -233,10 +237,25 @@ def _run(args: argparse.Namespace) -> int:
     for ep, rep in report.connectors.items():
         st = runner.store.status(_ref(spec.name, ep))
         total = st.total_records if st else 0
+        skipped = (
+            f", {rep.skipped_objects} unreadable object(s) skipped" if rep.skipped_objects else ""
+        )
         print(
-            f"  {ep}: {rep.status}, +{rep.records} records ({rep.batches} batches, {rep.parse_errors} parse errors) this run, {total} in total"
+            f"  {ep}: {rep.status}, +{rep.records} records ({rep.batches} batches, {rep.parse_errors} parse errors{skipped}) this run, {total} in total"
         )
     _print_tables(spec, runner, args.show)
+    failed = report.failed
+    if failed:
+        others = "; the others ran" if len(failed) < len(report.connectors) else ""
+        print(
+            f"run failed: {len(failed)} connector(s) of pipeline {spec.name} failed "
+            f"({', '.join(failed)}){others}. `airflow-connectors stats {spec.name} TABLE "
+            "CONNECTOR` shows a connector's state; --debug logs the full traces.",
+            file=sys.stderr,
+        )
+        for ep, error in failed.items():
+            print(f"  {ep}: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -297,6 +316,8 @@ def _stats(args: argparse.Namespace) -> int:
         print(f"fatal_error: {doc['fatal_error']}")
         for e in doc["parse_errors"]:
             print(f"parse error: {e['message']}")
+        for e in doc["transport_errors"]:
+            print(f"transport error: {e['message']}")
     return 0
 
 

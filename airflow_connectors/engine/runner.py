@@ -4,6 +4,10 @@ is nothing new, on local Spark, without an Airflow scheduler.
 A connector is active when the pipeline is running and the connector is not paused;
 a ``start_after`` connector waits until every connector carrying one of its labels has
 finished (end of input and nothing planned-but-uncommitted).
+
+A connector that fails (a batch it cannot ingest, a source it cannot list) fails alone:
+it is FAILED in the state store with a one-line cause, passed over for the rest of the
+run, and every other connector still runs.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_connectors.engine import control
-from airflow_connectors.engine.batch import BatchResult, run_batch
+from airflow_connectors.engine.batch import BatchFailed, BatchResult, run_batch
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.engine.discovery import LeaseBusy, discover, finalize
 from airflow_connectors.settings import Settings
+from airflow_connectors.sinks.base import SinkUnwritable
 from airflow_connectors.spec.models import ConnectorSpec, PipelineSpec, TableSpec
 from airflow_connectors.state.store import ConnectorRef, ConnectorStopped, StateStore
 
@@ -27,10 +32,14 @@ log = logging.getLogger(__name__)
 @dataclass
 class ConnectorReport:
     endpoint: str
-    status: str = "idle"  # paused | stopped | waiting | busy | finished | idle
+    status: str = "idle"  # paused | stopped | waiting | busy | failed | finished | idle
     batches: int = 0
     records: int = 0
     parse_errors: int = 0
+    #: Unreadable objects skipped under ``errors.tolerance: all``.
+    skipped_objects: int = 0
+    #: Why it failed (status ``failed``): one line naming the connector and the object.
+    error: str | None = None
 
 
 @dataclass
@@ -42,6 +51,22 @@ class RunReport:
     @property
     def batches(self) -> int:
         return sum(c.batches for c in self.connectors.values())
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """``table.connector`` -> its one-line error, for every connector that failed."""
+        return {
+            ep: c.error or "failed" for ep, c in self.connectors.items() if c.status == "failed"
+        }
+
+
+class RunFailed(BatchFailed):
+    """Connectors failed in an embedded run; every other connector ran. The message is
+    the failed connectors' one-line errors, one per line; ``report`` is the whole run."""
+
+    def __init__(self, report: RunReport) -> None:
+        super().__init__("\n".join(report.failed.values()))
+        self.report = report
 
 
 def connector_paused(store: StateStore, ref: ConnectorRef, spec: ConnectorSpec) -> bool:
@@ -141,7 +166,17 @@ class EmbeddedRunner:
     def context(self, table: TableSpec, connector: ConnectorSpec) -> BatchContext:
         return BatchContext(self.pipeline.name, table, connector, self.settings.warehouse)
 
-    def run(self, only: str | None = None, max_rounds: int | None = None) -> RunReport:
+    def run(
+        self,
+        only: str | None = None,
+        max_rounds: int | None = None,
+        *,
+        raise_on_failure: bool = True,
+    ) -> RunReport:
+        """Run until no connector finds anything new. A connector that fails is passed
+        over for the rest of the run while the others go on; afterwards
+        :class:`RunFailed` names the failed ones, or with ``raise_on_failure=False`` the
+        report lists them (``report.failed``)."""
         report = RunReport(self.pipeline.name)
         targets = start_order(
             [
@@ -170,6 +205,8 @@ class EmbeddedRunner:
             progress = False
             for table, spec in targets:
                 rep = report.connectors[f"{table.name}.{spec.name}"]
+                if rep.status == "failed":
+                    continue  # fails alone, once per run; the next run retries it
                 ref = ConnectorRef(self.pipeline.name, table.name, spec.name)
                 halted = control.halted(self.store, ref, spec_paused=spec.paused)
                 if halted:
@@ -186,25 +223,67 @@ class EmbeddedRunner:
                         )
                     rep.status = "waiting"
                     continue
-                ctx = self.context(table, spec)
-                try:
-                    found = discover(self.store, ctx)
-                except (LeaseBusy, ConnectorStopped) as e:
-                    # Another run of this connector is planning (or it was just stopped):
-                    # skip it in this run, one line, no traceback.
-                    log.warning("%s; skipped in this run", e)
-                    rep.status = "stopped" if isinstance(e, ConnectorStopped) else "busy"
-                    continue
-                for batch_id in found.batch_ids:
-                    result = run_batch(self.store, batch_id, self.spark)
-                    self._count(rep, result)
-                    progress = True
-                finished = finalize(self.store, ctx) if found.batch_ids else found.end_of_input
-                rep.status = "finished" if finished else "idle"
+                progress |= self._run_connector(ref, self.context(table, spec), rep)
             if not progress:
                 break
         report.spark_started = self._spark is not None
+        if raise_on_failure and report.failed:
+            raise RunFailed(report)
         return report
+
+    def _run_connector(self, ref: ConnectorRef, ctx: BatchContext, rep: ConnectorReport) -> bool:
+        """One round of one connector: discover, run its batches, finalize. Returns
+        whether a batch committed. A failure is recorded and reported, never raised."""
+        try:
+            found = discover(self.store, ctx)
+        except (LeaseBusy, ConnectorStopped) as e:
+            # Another run of this connector is planning (or it was just stopped):
+            # skip it in this run, one line, no traceback.
+            log.warning("%s; skipped in this run", e)
+            rep.status = "stopped" if isinstance(e, ConnectorStopped) else "busy"
+            return False
+        except Exception as e:
+            self._failed(ref, rep, e, recorded=False)
+            return False
+        progress = False
+        for batch_id in found.batch_ids:
+            # The connector's other batches still run: their items are independent.
+            try:
+                result = run_batch(self.store, batch_id, self.spark)
+            except BatchFailed as e:
+                self._failed(ref, rep, e, recorded=True)
+                continue
+            except Exception as e:
+                self._failed(ref, rep, e, recorded=False)
+                continue
+            self._count(rep, result)
+            progress = progress or result.committed
+        if rep.status == "failed":
+            return progress
+        try:
+            finished = finalize(self.store, ctx) if found.batch_ids else found.end_of_input
+        except Exception as e:
+            self._failed(ref, rep, e, recorded=False)
+            return progress
+        rep.status = "finished" if finished else "idle"
+        return progress or bool(found.batch_ids)
+
+    def _failed(
+        self, ref: ConnectorRef, rep: ConnectorReport, e: Exception, *, recorded: bool
+    ) -> None:
+        """Report a connector's failure in one line (the trace at DEBUG); ``recorded``:
+        the batch already stored it as the connector's fatal error."""
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        message = text if text.startswith(f"connector {ref}") else f"connector {ref}: {text}"
+        if not isinstance(e, BatchFailed | OSError | SinkUnwritable):
+            message = f"connector {ref}: {type(e).__name__}: {text}"
+        if not isinstance(e, BatchFailed):  # a batch logs its own traces, masked
+            log.debug("%s failed", ref, exc_info=e)
+        if not recorded:
+            self.store.record_failure(ref, message)
+        log.error("%s; the pipeline's other connectors go on", message)
+        if rep.status != "failed":
+            rep.status, rep.error = "failed", message
 
     @staticmethod
     def _count(rep: ConnectorReport, result: BatchResult) -> None:
@@ -212,3 +291,4 @@ class EmbeddedRunner:
             rep.batches += 1
             rep.records += result.records
             rep.parse_errors += result.parse_errors
+            rep.skipped_objects += result.skipped
