@@ -137,7 +137,7 @@ def _duplicate_keys(loader: Any, root: Any) -> list[SpecError]:
     a deeply nested document must not exhaust the call stack."""
     import yaml
 
-    found: list[SpecError] = []
+    found: list[tuple[int, SpecError]] = []  # (line, error)
     seen_nodes: set[int] = set()
     todo: list[tuple[Any, list[str | int]]] = [(root, [])]
     while todo:
@@ -161,16 +161,19 @@ def _duplicate_keys(loader: Any, root: Any) -> list[SpecError]:
                 except TypeError:  # an unhashable (complex) key: PyYAML rejects it
                     continue
                 if earlier is not key_node:
+                    line = key_node.start_mark.line + 1
                     found.append(
-                        SpecError(
-                            path_str([*path, str(key)]),
-                            f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
-                            f"(first at line {earlier.start_mark.line + 1}); YAML keeps only "
-                            "the last one and drops the first: merge them or rename one",
+                        (
+                            line,
+                            SpecError(
+                                path_str([*path, str(key)]),
+                                f"duplicate key {key!r} at line {line} (first at line "
+                                f"{earlier.start_mark.line + 1}); YAML keeps only the last one "
+                                "and drops the first: merge them or rename one",
+                            ),
                         )
                     )
-    found.sort(key=lambda e: e.message)
-    return found
+    return [error for _, error in sorted(found, key=lambda f: f[0])]
 
 
 def _yaml_loader() -> Any:

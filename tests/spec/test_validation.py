@@ -534,14 +534,14 @@ def test_duplicate_yaml_keys_are_rejected_with_path_and_lines(tmp_path: Path) ->
         load_pipeline(spec)
     assert [(e.path, e.message) for e in exc.value.errors] == [
         (
-            "tables.t.connectors[0].transport.config.path",
-            "duplicate key 'path' at line 10 (first at line 10); YAML keeps only the last one "
-            "and drops the first: merge them or rename one",
-        ),
-        (
             "tables.t",
             "duplicate key 't' at line 6 (first at line 3); YAML keeps only the last one and "
             "drops the first: merge them or rename one",
+        ),
+        (
+            "tables.t.connectors[0].transport.config.path",
+            "duplicate key 'path' at line 10 (first at line 10); YAML keeps only the last one "
+            "and drops the first: merge them or rename one",
         ),
     ]
 
@@ -668,3 +668,15 @@ def test_spec_file_that_is_not_utf8_names_the_byte_offset(tmp_path: Path) -> Non
         "UTF-8; save the file as UTF-8"
     ]
     assert exc.value.source == str(spec)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_spec_nested_too_deeply_is_one_error(tmp_path: Path, suffix: str) -> None:
+    spec = tmp_path / f"deep{suffix}"
+    depth = 100_000
+    spec.write_text('{"pipeline": "p", "tables": ' + "[" * depth + "]" * depth + "}")
+    with pytest.raises(SpecValidationError) as exc:
+        load_pipeline(spec)
+    assert [str(e) for e in exc.value.errors] == [
+        "the spec nests lists or mappings too deeply to be read"
+    ]
