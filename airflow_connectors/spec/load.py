@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from airflow_connectors.spec.models import (
+    LABEL_RULE,
     NAME_RULE,
     ColumnSpec,
     ConnectorSpec,
@@ -26,6 +27,7 @@ from airflow_connectors.spec.models import (
     SinkSpec,
     TableSpec,
     is_valid_column_name,
+    is_valid_label,
     is_valid_name,
 )
 
@@ -490,9 +492,11 @@ class _Validator:
                 # that every problem is reported at once.
                 partial = _without_bad_fields(cdoc, f"unnamed-{i}")
                 if partial is not None:
+                    self.labels(cpath, partial)
                     self.parsed.append((table, i, partial))
                     self.plugins(cpath, partial, table, columns, columns_ok=columns_ok)
                 continue
+            ok = self.labels(cpath, spec) and ok
             self.parsed.append((table, i, spec))
             spec = self.plugins(cpath, spec, table, columns, columns_ok=columns_ok)
             if spec is None:
@@ -500,6 +504,15 @@ class _Validator:
                 continue
             out.append(spec)
         return tuple(out) if ok else None
+
+    def labels(self, cpath: list[str | int], spec: ConnectorSpec) -> bool:
+        """Whether every label of the connector is valid; reports those that are not."""
+        ok = True
+        for j, label in enumerate(spec.labels):
+            if not is_valid_label(label):
+                self.error([*cpath, "labels", j], f"label {label!r} must be {LABEL_RULE}")
+                ok = False
+        return ok
 
     def plugins(
         self,

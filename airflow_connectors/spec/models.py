@@ -9,18 +9,14 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from airflow_connectors.spec.types import SqlType
+
+# The rules below are checked where specs are validated (spec.load), not by the models,
+# which also read connectors back from batch plans stored by earlier versions.
 
 #: Pipeline, table and connector names: they name folders, DAGs and state-store rows.
 #: Checked with :func:`re.fullmatch` (``$`` would accept a trailing newline).
@@ -43,17 +39,14 @@ def is_valid_column_name(name: str) -> bool:
     return _COLUMN_NAME.fullmatch(name) is not None
 
 
-def _check_label(label: str) -> str:
-    if _LABEL.fullmatch(label) is None:
-        raise ValueError(
-            f"label {label!r} must be 1 to {MAX_LABEL_LENGTH} characters without spaces or "
-            "control characters (it becomes the Airflow DAG tag 'label:<label>', at most 100 "
-            "characters)"
-        )
-    return label
+def is_valid_label(label: str) -> bool:
+    return _LABEL.fullmatch(label) is not None
 
 
-Label = Annotated[str, AfterValidator(_check_label)]
+LABEL_RULE = (
+    f"1 to {MAX_LABEL_LENGTH} characters without spaces or control characters (it becomes "
+    "the Airflow DAG tag 'label:<label>', at most 100 characters)"
+)
 
 
 class _Model(BaseModel):
@@ -151,7 +144,7 @@ class ConnectorSpec(_Model):
 
     name: str
     paused: bool = False
-    labels: tuple[Label, ...] = ()
+    labels: tuple[str, ...] = ()
     start_after: tuple[str, ...] | None = None
     transport: TransportSpec
     format: FormatSpec | None = None
