@@ -2,10 +2,15 @@
 through a real Airflow scheduler (``airflow standalone``), on local Spark.
 
 It starts the HTTP server the price backfill reads from (127.0.0.1:8765), starts Airflow
-with a fresh home (``.airflow/`` unless AIRFLOW_CONNECTORS_QUICKSTART_HOME is set), runs
-the connectors, waits for them, prints each connector's stats and each table's row count,
-and stops Airflow. With ``--keep-running`` the UI stays up on http://127.0.0.1:8080
-(user admin, password admin) until Ctrl-C.
+in ``.airflow/`` (or AIRFLOW_CONNECTORS_QUICKSTART_HOME), runs the connectors, waits for
+them, prints each connector's stats and each table's row count, and stops Airflow.
+
+The home of an earlier run is kept: its tables, connector state and Airflow runs stay,
+and running again ingests only what is new (nothing, for the example), so the counts
+stay the same. ``--fresh`` deletes it first. With ``--keep-running`` the UI stays up on
+http://127.0.0.1:8080 (another free port when 8080 is taken; the address is printed;
+user admin, password admin) until Ctrl-C or SIGTERM, which stop Airflow and everything
+it started.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import argparse
 import functools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -45,31 +51,65 @@ def serve_price_data() -> ThreadingHTTPServer:
     return server
 
 
+class Stop(Exception):
+    """SIGTERM or SIGHUP: stop like Ctrl-C does."""
+
+
+def _stop_on_signal(signum: int, frame: Any) -> None:
+    raise Stop(signal.Signals(signum).name)
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
-        "--keep-running", action="store_true", help="leave Airflow's UI up on port 8080"
+        "--keep-running",
+        action="store_true",
+        help="leave Airflow's UI up (port 8080, or a free one when 8080 is taken) until "
+        "Ctrl-C or SIGTERM",
+    )
+    parser.add_argument(
+        "--port", type=int, default=8080, help="UI port with --keep-running (default 8080)"
+    )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete the home of an earlier run (tables, connector state, Airflow runs) first",
     )
     args = parser.parse_args()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_on_signal)
 
-    from airflow_connectors.airflow.standalone import StandaloneAirflow, free_port
+    from airflow_connectors.airflow.standalone import StandaloneAirflow, free_port, port_free
 
     home = Path(os.environ.get("AIRFLOW_CONNECTORS_QUICKSTART_HOME") or ROOT / ".airflow")
-    if home.exists():
-        print(f"quickstart: starting from a fresh Airflow home: removing {home}")
+    if home.exists() and args.fresh:
+        print(f"quickstart: --fresh: removing {home} (tables, connector state, Airflow runs)")
         shutil.rmtree(home)
-    home.mkdir(parents=True)
+    elif home.exists():
+        print(
+            f"quickstart: reusing {home} from an earlier run (its tables and connector state "
+            "are kept, so only new data is ingested); --fresh starts over"
+        )
+    home.mkdir(parents=True, exist_ok=True)
     env = {
         "AIRFLOW__CONNECTORS__STATE_STORE_URL": f"sqlite:///{home / 'connectors' / 'state.db'}",
         "AIRFLOW__CONNECTORS__WAREHOUSE": str(home / "connectors" / "warehouse"),
     }
-    port = 8080 if args.keep_running else free_port()
-    server = serve_price_data()
+    port = free_port()
+    if args.keep_running:
+        port = args.port
+        if not port_free(port):
+            port = free_port()
+            print(f"quickstart: port {args.port} is in use; the UI will be on port {port}")
     airflow = StandaloneAirflow(home, ROOT / "dags", port=port, env=env)
+    server = None
     t0 = time.monotonic()
-    print(f"quickstart: starting Airflow (standalone) in {home} on 127.0.0.1:{port} ...")
-    airflow.start()
     try:
+        server = serve_price_data()
+        print(f"quickstart: starting Airflow (standalone) in {home} on 127.0.0.1:{port} ...")
+        airflow.start()
         dags = [
             f"{PIPELINE}.{e}"
             for e in ("numbers.backfill", "numbers.live", "price.backfill", "price.live")
@@ -107,11 +147,18 @@ def main() -> int:
             )
             while True:
                 time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+    except (KeyboardInterrupt, Stop) as e:
+        print(f"\nquickstart: {e or 'interrupted'}: stopping Airflow", flush=True)
+    except (RuntimeError, TimeoutError) as e:
+        print(f"quickstart: {e}", file=sys.stderr)
+        return 1
     finally:
+        # Signals again while stopping would leave Airflow half-stopped: ignore them.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
         airflow.stop()
-        server.shutdown()
+        if server is not None:
+            server.shutdown()
     return 0
 
 

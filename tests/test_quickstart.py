@@ -1,30 +1,105 @@
 """The README's main command, end to end: scripts/quickstart.sh sets up, runs the example
-pipeline through a real Airflow scheduler and local Spark, prints the results, exits 0."""
+pipeline through a real Airflow scheduler and local Spark, prints the results, exits 0,
+three times in a row (the second and third keep the first's data and ingest nothing
+again). With ``--keep-running`` it moves off a busy port, and SIGTERM stops Airflow and
+everything it started."""
 
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
+import time
 from pathlib import Path
 
+from airflow_connectors.airflow.standalone import port_free, processes_of
+
 ROOT = Path(__file__).resolve().parents[1]
+EXPECTED = (
+    "demo.price.live: asset-triggered run success",
+    "connector DAG demo.numbers.live: paused",
+    "numbers.backfill: RUNNING, 100000 records, end_of_input=True",
+    "table numbers: 100000 rows",
+    "table price: 1010 rows",
+)
 
 
-def test_main_command_runs_the_example_pipeline_through_airflow(tmp_path: Path) -> None:
-    env = {**os.environ, "AIRFLOW_CONNECTORS_QUICKSTART_HOME": str(tmp_path / "home")}
+def quickstart_env(home: Path) -> dict[str, str]:
+    env = {**os.environ, "AIRFLOW_CONNECTORS_QUICKSTART_HOME": str(home)}
     for key in ("AIRFLOW_HOME", "AIRFLOW__CORE__DAGS_FOLDER"):
         env.pop(key, None)
-    proc = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "quickstart.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    out = proc.stdout
-    assert proc.returncode == 0, (out + proc.stderr)[-4000:]
-    assert "demo.price.live: asset-triggered run success" in out
-    assert "connector DAG demo.numbers.live: paused" in out
-    assert "numbers.backfill: RUNNING, 100000 records, end_of_input=True" in out
-    assert "table numbers: 100000 rows" in out
-    assert "table price: 1010 rows" in out
+    return env
+
+
+def test_main_command_passes_three_times_in_a_row(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    for attempt in range(1, 4):
+        proc = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "quickstart.sh")],
+            env=quickstart_env(home),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        out = proc.stdout
+        assert proc.returncode == 0, f"run {attempt}: " + (out + proc.stderr)[-4000:]
+        for line in EXPECTED:  # the same counts every time: nothing lands twice
+            assert line in out, f"run {attempt}: {line!r} missing from:\n{out[-4000:]}"
+        if attempt > 1:
+            assert "reusing" in out and "--fresh starts over" in out
+        assert not processes_of(home.resolve()), f"run {attempt} left Airflow processes"
+
+
+def test_keep_running_moves_off_a_busy_port_and_stops_on_sigterm(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "old-marker").write_text("from an earlier run")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        proc = subprocess.Popen(
+            [
+                "bash",
+                str(ROOT / "scripts" / "quickstart.sh"),
+                "--keep-running",
+                "--fresh",
+                "--port",
+                str(taken),
+            ],
+            env=quickstart_env(home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        lines: list[str] = []
+        try:
+            assert proc.stdout is not None
+            deadline = time.monotonic() + 900
+            while time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
+                if line.startswith("Airflow UI: "):
+                    break
+            out = "".join(lines)
+            assert any(line.startswith("Airflow UI: ") for line in lines), out[-4000:]
+            assert f"port {taken} is in use" in out
+            assert not (home / "old-marker").exists()  # --fresh removed the old home
+            for expected in EXPECTED:
+                assert expected in out
+            url = out.split("Airflow UI: ", 1)[1].split()[0]
+            port = int(url.rsplit(":", 1)[1])
+            assert port != taken and not port_free(port)
+            assert processes_of(home.resolve())  # Airflow is up
+            proc.send_signal(signal.SIGTERM)  # to bash, which exec'd the quickstart
+            rest, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, rest[-3000:]
+        assert "SIGTERM: stopping Airflow" in rest
+        assert port_free(port)
+        assert not processes_of(home.resolve()), "SIGTERM left Airflow processes behind"

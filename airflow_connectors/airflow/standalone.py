@@ -39,6 +39,39 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:``port`` (and it can be bound)."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def processes_of(home: Path) -> list[int]:
+    """Processes whose environment has ``AIRFLOW_HOME=home`` (Linux ``/proc``; elsewhere
+    none are found). Airflow starts each task in a process group of its own, and a task's
+    ``spark-submit`` and JVM inherit its environment, so this finds what signalling the
+    standalone's process group misses."""
+    needle = f"AIRFLOW_HOME={home}".encode()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
 class StandaloneAirflow:
     """``airflow standalone`` in ``home`` with ``dags_folder``; user ``admin``.
 
@@ -84,6 +117,14 @@ class StandaloneAirflow:
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            # The triggerer warns of a "badly-written trigger" when its event loop misses a
+            # 0.1 s tick by 0.2 s. On a small machine whose cores a starting spark-submit
+            # saturates, the whole triggerer process waits that long for a CPU now and
+            # then, whatever its triggers do (the connector triggers poll in a thread and
+            # hold the loop for milliseconds: tests/airflow/test_triggers.py), so the
+            # warning would only cry wolf here. One second still reveals a trigger that
+            # really blocks.
+            "AIRFLOW__TRIGGERER__BLOCKED_MAIN_THREAD_WARNING_THRESHOLD": "1.0",
             **(env or {}),
         }
         if self.users:
@@ -112,6 +153,11 @@ class StandaloneAirflow:
     # --- process ---------------------------------------------------------------
 
     def start(self, timeout: float = 180) -> None:
+        if not port_free(self.port):
+            raise RuntimeError(
+                f"port {self.port} on 127.0.0.1 is in use: Airflow's API server cannot start "
+                "there; stop what uses it or pick another port"
+            )
         self.home.mkdir(parents=True, exist_ok=True)
         # Pin the admin password instead of a generated one.
         (self.home / "simple_auth_manager_passwords.json.generated").write_text(
@@ -129,15 +175,24 @@ class StandaloneAirflow:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(
-                    f"airflow standalone exited ({self.proc.returncode}); see {self.log_file}"
+                    f"airflow standalone exited ({self.proc.returncode}); the end of "
+                    f"{self.log_file}:\n{self.log_tail()}"
                 )
             if self._healthy():
                 return
             time.sleep(1)
         self.stop()
         raise TimeoutError(
-            f"airflow standalone not healthy in {timeout:.0f} s; see {self.log_file}"
+            f"airflow standalone not healthy in {timeout:.0f} s; the end of "
+            f"{self.log_file}:\n{self.log_tail()}"
         )
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_file.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
 
     def _healthy(self) -> bool:
         try:
@@ -160,12 +215,27 @@ class StandaloneAirflow:
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError):  # workers, Spark jobs of the group
                 os.killpg(self.proc.pid, signal.SIGKILL)
+            self._stop_leftovers()
         if self._client is not None:
             self._client.close()
             self._client = None
         if self._log is not None:
             self._log.close()
             self._log = None
+
+    def _stop_leftovers(self, grace: float = 10) -> None:
+        """Stop task processes (each in its own process group) and their Spark jobs."""
+        pids = processes_of(self.home)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + grace
+            while pids and time.monotonic() < deadline:
+                time.sleep(0.2)
+                pids = [p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)]
+            if not pids:
+                return
 
     def __enter__(self) -> StandaloneAirflow:
         self.start()

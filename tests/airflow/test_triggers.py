@@ -151,3 +151,37 @@ def test_sensor_defers_until_data_arrives(tmp_path: Path, connectors_env: dict[s
         timer.cancel()
     assert str(run.state) == "success", task_states(run)
     assert (src / "a.json").exists()
+
+
+def test_event_trigger_polls_the_source_off_the_event_loop(
+    tmp_path: Path, connectors_env: dict[str, str], monkeypatch: Any
+) -> None:
+    """The triggerer runs every trigger on one event loop and warns of a "badly-written
+    trigger" when it is held up: listing the source and reading the state store (disk,
+    network, database) must happen in a worker thread, never on the loop's thread."""
+    import threading
+
+    from airflow_connectors.airflow.triggers import new_data
+
+    real_probe = new_data.probe
+    threads: list[int] = []
+
+    def recording_probe(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.get_ident())
+        return real_probe(*args, **kwargs)
+
+    monkeypatch.setattr(new_data, "probe", recording_probe)
+    src = tmp_path / "src"
+    src.mkdir()
+    loop_thread: list[int] = []
+
+    async def watch() -> Any:
+        loop_thread.append(threading.get_ident())
+        trigger = trigger_for(watch_spec(src))
+        threading.Timer(0.5, lambda: (src / "a.json").write_text('{"id": 1}\n')).start()
+        return await asyncio.wait_for(trigger.run().__anext__(), 10)
+
+    event = asyncio.run(watch())
+    assert event.payload["endpoint"] == "events.files"
+    assert len(threads) >= 2  # polled before and after the file arrived
+    assert loop_thread[0] not in threads
