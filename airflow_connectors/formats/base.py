@@ -1,8 +1,18 @@
 """The format contract: bytes of one work item -> Arrow tables in the table's schema.
 
-A format decodes in bulk with pyarrow. When a block fails, it bisects the block's
-records to find the bad ones, so good records still land and each bad record is reported
-with its number and raw text (the slow path runs only where errors are).
+A format decodes in bulk with pyarrow. When a block fails, it splits the block into its
+records (as the format defines them: a CSV record may span lines inside quotes, a JSON
+record may be pretty-printed) and bisects them to find the bad ones, so good records
+still land and each bad record is reported with its record number, the line it starts
+on and its raw text (the slow path runs only where errors are). Values become column
+values by one rule for every format: see :mod:`._conform`.
+
+Record numbers count records, 1-based within the object (blank lines and a CSV header
+are not records); line numbers count physical lines, 1-based within the object, and
+say where a record starts. Both count records committed by earlier batches of the same
+object; a line number is unknown (``None``) when the read did not start at the
+beginning of the object (the appended part of a followed file) and the caller did not
+say which line it starts on.
 """
 
 from __future__ import annotations
@@ -12,12 +22,25 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
+from airflow_connectors.formats._conform import RowError, conform
 from airflow_connectors.transports.base import StrictConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from airflow_connectors.spec.models import TableSpec
+
+__all__ = [
+    "Decoded",
+    "Format",
+    "RecordError",
+    "RowError",
+    "buffered",
+    "clip",
+    "conform",
+    "isolate",
+    "target_schema",
+]
 
 T = TypeVar("T")
 MAX_RAW_TEXT = 8192
@@ -31,9 +54,12 @@ class RecordError:
     record: int  # 1-based within the object (counting records committed earlier)
     error: str
     raw: str
+    #: 1-based line of the object where the record starts (line-oriented formats);
+    #: None for Parquet, or when the read did not start at the object's first line.
+    line: int | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"record": self.record, "error": self.error, "raw": self.raw}
+        return {"record": self.record, "line": self.line, "error": self.error, "raw": self.raw}
 
 
 @dataclass
@@ -64,12 +90,20 @@ class Format(ABC):
 
     @abstractmethod
     def decode(
-        self, chunks: Iterator[bytes], *, final: bool, first_record: int, at_start: bool
+        self,
+        chunks: Iterator[bytes],
+        *,
+        final: bool,
+        first_record: int,
+        at_start: bool,
+        first_line: int | None = None,
     ) -> Iterator[Decoded]:
         """Decode ``chunks``. ``final``: the bytes end where the object ends (a trailing
-        line without newline is a record); otherwise a partial last line is left
+        record without newline is a record); otherwise a partial last record is left
         unconsumed. ``first_record``: number of the first record (1-based).
-        ``at_start``: the bytes start at the beginning of the object (headers)."""
+        ``at_start``: the bytes start at the beginning of the object (headers).
+        ``first_line``: the line the bytes start on, when known; default 1 when
+        ``at_start``, else line numbers are unknown (None)."""
 
 
 # --- helpers shared by formats ---------------------------------------------------------
@@ -88,36 +122,40 @@ def clip(raw: bytes | str) -> str:
     return text if len(text) <= MAX_RAW_TEXT else text[:MAX_RAW_TEXT] + "..."
 
 
-def line_blocks(
-    chunks: Iterator[bytes], *, final: bool, block_bytes: int = DEFAULT_BLOCK_BYTES
-) -> Iterator[tuple[bytes, int]]:
-    """Regroup chunks into blocks that end at a newline; yields (block, consumed bytes so
-    far). When not ``final``, a trailing partial line is held back (not consumed)."""
+def buffered(
+    chunks: Iterator[bytes],
+    step: Callable[[bytes, bool], tuple[Decoded | None, int]],
+    *,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+) -> Iterator[Decoded]:
+    """Run ``step`` over the bytes of ``chunks`` in blocks of about ``block_bytes``.
+
+    ``step(buf, at_end)`` decodes a prefix of ``buf`` (``buf`` starts where a record
+    starts) and returns it with the number of bytes it used; 0 means it needs more bytes
+    (the last record may go on). ``at_end``: no bytes follow ``buf`` in this read.
+    Bytes a step leaves are offered again with the following ones; bytes still left at
+    the end are not consumed. Sets each block's cumulative ``consumed``."""
     pending = bytearray()
     consumed = 0
+    want = block_bytes
+
+    def drain(at_end: bool) -> Iterator[Decoded]:
+        nonlocal consumed, want
+        while pending and (at_end or len(pending) >= want):
+            out, used = step(bytes(pending), at_end)
+            if not used or out is None:
+                want = len(pending) + block_bytes  # one record longer than a block
+                return
+            consumed += used
+            del pending[:used]
+            want = block_bytes
+            out.consumed = consumed
+            yield out
+
     for chunk in chunks:
         pending += chunk
-        if len(pending) >= block_bytes:
-            cut = pending.rfind(b"\n") + 1
-            if cut > 0:
-                block = bytes(pending[:cut])
-                del pending[:cut]
-                consumed += len(block)
-                yield block, consumed
-    if pending:
-        if final:
-            consumed += len(pending)
-            yield bytes(pending), consumed
-        else:
-            cut = pending.rfind(b"\n") + 1
-            if cut > 0:
-                consumed += cut
-                yield bytes(pending[:cut]), consumed
-
-
-def split_records(block: bytes) -> list[bytes]:
-    """Non-blank lines of a block: one record each."""
-    return [line for line in block.split(b"\n") if line.strip()]
+        yield from drain(False)
+    yield from drain(True)
 
 
 def isolate(
@@ -125,8 +163,10 @@ def isolate(
     decode: Callable[[Sequence[T]], pa.Table],
     first_record: int,
     raw_text: Callable[[T], str] = clip,  # type: ignore[assignment]
+    lines: Sequence[int | None] | None = None,
 ) -> tuple[list[pa.Table], list[RecordError]]:
     """Decode ``records``; where that fails, bisect to find each bad record.
+    ``lines[i]``: the line record ``i`` starts on.
 
     Costs O(bad * log n) decode calls, so clean input pays one call.
     """
@@ -138,7 +178,10 @@ def isolate(
             tables.append(decode(records[lo:hi]))
         except Exception as e:  # pyarrow raises ArrowInvalid, ValueError, TypeError...
             if hi - lo == 1:
-                errors.append(RecordError(first_record + lo, _message(e), raw_text(records[lo])))
+                line = lines[lo] if lines is not None else None
+                errors.append(
+                    RecordError(first_record + lo, _message(e), raw_text(records[lo]), line)
+                )
             else:
                 mid = (lo + hi) // 2
                 walk(lo, mid)
@@ -152,43 +195,3 @@ def isolate(
 def _message(e: Exception) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return text.removeprefix("JSON parse error: ")
-
-
-class RowError(ValueError):
-    """A value that does not fit its column (raised by :func:`conform`)."""
-
-
-def conform(data: pa.Table, table: TableSpec, schema: pa.Schema) -> pa.Table:
-    """Cast ``data`` to the table schema (columns in table order; missing columns NULL)
-    and enforce NOT NULL. Raises :class:`RowError` naming the column when a value does
-    not fit; callers isolate the record with :func:`isolate`."""
-    import pyarrow as pa
-
-    arrays = []
-    n = data.num_rows
-    names = set(data.column_names)
-    for col, fld in zip(table.columns, schema, strict=True):
-        if col.name in names:
-            arr = data.column(col.name)
-            if arr.type != fld.type:
-                try:
-                    arr = _cast(arr, fld.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-                    raise RowError(f"column {col.name!r} ({col.type}): {_message(e)}") from e
-        else:
-            arr = pa.nulls(n, fld.type)
-        if not col.nullable and arr.null_count:
-            raise RowError(f"column {col.name!r} is NOT NULL but the record has no value for it")
-        arrays.append(arr)
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _cast(arr: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if pa.types.is_time(to) and pa.types.is_string(arr.type):
-        # Arrow cannot cast string -> time; go through a timestamp on 1970-01-01.
-        ts = pc.cast(pc.binary_join_element_wise("1970-01-01T", arr, ""), pa.timestamp("us"))
-        return pc.cast(pc.cast(ts, pa.int64()), to)
-    return pc.cast(arr, to, safe=True)

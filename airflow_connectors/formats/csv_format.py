@@ -1,22 +1,55 @@
-"""``csv``: delimited text, columns by position (as in Feldera), decoded with pyarrow."""
+"""``csv``: delimited text, columns by position (as in Feldera), decoded with pyarrow.
+
+Records. A record ends at a line end (``\\n``, ``\\r\\n`` or ``\\r``) outside quotes. A
+field that starts with the quote character may span lines; it ends at the next lone
+quote (``""`` inside it is one quote), as in RFC 4180 and pyarrow. A quote anywhere
+else in a field is an ordinary character. Empty lines are not records. Record numbers
+count records (a multi-line record is one record, the header is none); a dead letter's
+``line`` is the physical line of the object where its record starts.
+
+A stray quote must not swallow the rows after it:
+
+- A quote that is never closed before the end of the object makes one dead letter,
+  ``unterminated quote``, from the start of its record to the end of the line where the
+  quote opened; reading resumes on the next line, so the following rows land and are
+  counted.
+- A quoted value that spans lines is taken for a stray quote too when it does not look
+  like a genuine multi-line value, which closes right before a delimiter or a line end
+  and leaves the record with the table's number of columns: the record is cut at the
+  end of its first line, one dead letter (``unbalanced quote``), and reading resumes on
+  the next line. (A stray quote that another quote happens to close exactly like a
+  genuine value is read as one, as by every CSV reader.)
+- A quoted value may span at most ``MAX_QUOTED_BYTES`` (1 MiB); an open quote longer
+  than that is taken as unterminated. While a followed file may still grow, a quote
+  left open at its end waits for more data (up to that limit) instead of becoming a
+  dead letter.
+
+Values follow the rule of :mod:`._conform`: fields are text parsed as their column's
+type. An empty field, ``NULL`` or ``null`` (quoted or not) is NULL in a non-VARCHAR
+column and text in a VARCHAR column, as in Feldera. Invalid UTF-8 is a parse error whose
+dead letter shows the bytes escaped (``\\xff``).
+"""
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from airflow_connectors.formats._conform import mismatch, show
 from airflow_connectors.formats.base import (
+    DEFAULT_BLOCK_BYTES,
     Decoded,
     Format,
-    RecordError,
+    RowError,
+    buffered,
     clip,
     conform,
     isolate,
-    line_blocks,
-    split_records,
     target_schema,
 )
 from airflow_connectors.transports.base import StrictConfig
@@ -24,12 +57,183 @@ from airflow_connectors.transports.base import StrictConfig
 if TYPE_CHECKING:
     import pyarrow as pa
 
+MAX_QUOTED_BYTES = 1 << 20
+_NULLS = ["", "NULL", "null"]
+_TEXT_PARSED = ("DATE", "TIME", "TIMESTAMP")  # read as text, parsed by _conform
+
 
 class CsvConfig(StrictConfig):
     delimiter: str = Field(default=",", min_length=1, max_length=1)
     #: The object's first line is a header and is skipped (columns are positional).
     headers: bool = False
     quote: str = Field(default='"', min_length=1, max_length=1)
+
+
+@dataclass(frozen=True)
+class _Record:
+    start: int  # byte span of the record's text in its block, without the line end
+    end: int
+    line: int  # 1-based line of the block where the record starts
+    error: str | None = None  # set when the record is malformed (a stray quote)
+
+
+def count_lines(data: bytes, end: int | None = None) -> int:
+    """Line ends in ``data[:end]`` (``\\n``, ``\\r\\n`` or a lone ``\\r``, as pyarrow
+    splits lines)."""
+    end = len(data) if end is None else end
+    lines, cr = data.count(b"\n", 0, end), data.count(b"\r", 0, end)
+    return lines + cr - data.count(b"\r\n", 0, end) if cr else lines
+
+
+class _Syntax:
+    """Where records and quoted fields are, by pyarrow's CSV rules."""
+
+    def __init__(self, delimiter: str, quote: str, columns: int) -> None:
+        self.quote = quote.encode()
+        self.delimiter = delimiter.encode()
+        self.columns = columns
+        parts = {"<q>": re.escape(self.quote), "<d>": re.escape(self.delimiter)}
+        # A quoted field: a quote opens one only at the start of a field. Group "nl": a
+        # line end inside it; group "close": its closing quote (none: open to the end).
+        self.quoted = _compile(
+            r"<q>(?:(?<=\A<q>)|(?<=[<d>\r\n]<q>))(?:[^<q>\r\n]|<q><q>)*+"
+            r"(?:(?P<nl>[\r\n])(?:[^<q>]|<q><q>)*+)?(?:(?P<close><q>)|\Z)",
+            parts,
+        )
+        fld = r"(?:<q>(?:[^<q>]|<q><q>)*+<q>[^<d>\r\n]*+|[^<q><d>\r\n][^<d>\r\n]*+)?"
+        self.field = _compile(fld, parts)
+        self.record = _compile(f"{fld}(?:<d>{fld})*+", parts)
+
+    def cut(self, buf: bytes, *, end_of_object: bool) -> tuple[int, bool]:
+        """How much of ``buf`` to decode now (up to the last record boundary), and
+        whether that part may hold a stray quote, which pyarrow would read across lines
+        without complaint: then it must be split by :meth:`split`."""
+        if self.quote not in buf:
+            return (len(buf) if end_of_object else buf.rfind(b"\n") + 1), False
+        spans: list[tuple[int, int]] = []
+        stray = False
+        for m in self.quoted.finditer(buf):
+            spans.append((m.start(), m.end()))
+            if m["nl"] and m["close"] and not self._closes_field(buf, m.end()):
+                stray = True
+        if spans and not m["close"]:  # only the last one can be open (it ends at \Z)
+            opened = spans[-1][0]
+            if end_of_object or len(buf) - opened > MAX_QUOTED_BYTES:
+                return _line_end(buf, opened)[1], True
+            # It may close in bytes still to come: stop before its record.
+            return self._boundary_before(buf, opened, spans), stray
+        if end_of_object:
+            return len(buf), stray
+        return self._boundary_before(buf, len(buf), spans), stray
+
+    def _closes_field(self, data: bytes, pos: int) -> bool:
+        """Whether a closing quote just before ``pos`` ends its field, as a genuine
+        quoted value's does."""
+        return data[pos : pos + 1] in (self.delimiter, b"\r", b"\n", b"")
+
+    @staticmethod
+    def _boundary_before(buf: bytes, pos: int, spans: list[tuple[int, int]]) -> int:
+        """Just after the last newline before ``pos`` that is outside quoted fields."""
+        starts = [s for s, _ in spans]
+        while True:
+            nl = buf.rfind(b"\n", 0, pos)
+            if nl < 0:
+                return 0
+            i = bisect.bisect_right(starts, nl) - 1
+            if i >= 0 and spans[i][1] > nl:  # inside a quoted value
+                pos = spans[i][0]
+                continue
+            return nl + 1
+
+    def split(self, block: bytes) -> list[_Record]:
+        """The records of ``block`` (which starts at a record start)."""
+        records: list[_Record] = []
+        pos, line, n = 0, 1, len(block)
+        while pos < n:
+            end = self.record.match(block, pos).end()  # type: ignore[union-attr]
+            if block[end : end + 1] == self.quote:  # a quote that never closes
+                eol, after = _line_end(block, end)
+                records.append(_Record(pos, eol, line, _UNTERMINATED))
+                line += count_lines(block[pos:after])
+                pos = after
+                continue
+            after = end + (2 if block[end : end + 2] == b"\r\n" else 1 if end < n else 0)
+            inner = count_lines(block[pos:end])  # line ends inside quoted values
+            if pos == end:  # an empty line
+                pass
+            elif inner and (why := self._stray(block[pos:end])):
+                eol, after = _line_end(block, pos)
+                records.append(_Record(pos, eol, line, _UNBALANCED.format(lines=inner, why=why)))
+                line += 1
+                pos = after
+                continue
+            else:
+                records.append(_Record(pos, end, line))
+            line += inner + (1 if after > end else 0)
+            pos = after
+        return records
+
+    def _stray(self, record: bytes) -> str | None:
+        """Why a record whose quoted value spans lines looks like a stray quote (a genuine
+        multi-line value closes right before a delimiter or line end and leaves the
+        table's number of columns), or None."""
+        for m in self.quoted.finditer(record):
+            if m["nl"] and not self._closes_field(record, m.end()):
+                return "has text after its closing quote"
+        found = self.quoted.sub(b"", record).count(self.delimiter) + 1
+        if found != self.columns:
+            return f"leaves {found} columns where {self.columns} are expected"
+        return None
+
+    def field_texts(self, record: bytes) -> list[str]:
+        """The fields of a well-formed record, unquoted (for error messages)."""
+        out: list[str] = []
+        pos = 0
+        while True:
+            end = self.field.match(record, pos).end()  # type: ignore[union-attr]
+            text = record[pos:end]
+            if text.startswith(self.quote):
+                closing = text.rfind(self.quote)
+                text = text[1:closing].replace(self.quote * 2, self.quote) + text[closing + 1 :]
+            out.append(text.decode("utf-8", errors="backslashreplace"))
+            if record[end : end + 1] != self.delimiter:
+                return out
+            pos = end + 1
+
+    def header_end(self, block: bytes) -> int:
+        """Just after the first record (the header) and its line end."""
+        end = self.record.match(block).end()  # type: ignore[union-attr]
+        if block[end : end + 1] == self.quote:
+            end = _line_end(block, end)[0]
+        return _line_end(block, end)[1]
+
+
+_UNTERMINATED = (
+    "unterminated quote: the quoted value opened on this line is never closed; the "
+    "record ends at the end of this line and reading resumes on the next line"
+)
+_UNBALANCED = (
+    "unbalanced quote: a quoted value runs over {lines} more line(s) and {why}, so the "
+    "quote is taken as stray; the record ends at the end of its first line and reading "
+    "resumes on the next line"
+)
+
+
+def _compile(template: str, parts: dict[str, bytes]) -> re.Pattern[bytes]:
+    pattern = template.encode()
+    for name, value in parts.items():
+        pattern = pattern.replace(name.encode(), value)
+    return re.compile(pattern)
+
+
+def _line_end(data: bytes, pos: int) -> tuple[int, int]:
+    """(index of the first line end at or after ``pos``, index just after it); the end of
+    ``data`` when there is none."""
+    ends = [i for i in (data.find(b"\n", pos), data.find(b"\r", pos)) if i >= 0]
+    if not ends:
+        return len(data), len(data)
+    eol = min(ends)
+    return eol, eol + (2 if data[eol : eol + 2] == b"\r\n" else 1)
 
 
 class CsvFormat(Format):
@@ -40,70 +244,135 @@ class CsvFormat(Format):
     def __init__(self, config: StrictConfig, table: object) -> None:
         super().__init__(config, table)  # type: ignore[arg-type]
         self.schema = target_schema(self.table)
+        self.syntax = _Syntax(self.config.delimiter, self.config.quote, len(self.table.columns))
+        self.block_bytes = DEFAULT_BLOCK_BYTES
 
     @property
     def line_oriented(self) -> bool:
         return True
 
     def decode(
-        self, chunks: Iterator[bytes], *, final: bool, first_record: int, at_start: bool
+        self,
+        chunks: Iterator[bytes],
+        *,
+        final: bool,
+        first_record: int,
+        at_start: bool,
+        first_line: int | None = None,
     ) -> Iterator[Decoded]:
         record = first_record
-        skip_header = self.config.headers and at_start
-        for block, consumed in line_blocks(chunks, final=final):
-            if skip_header:
-                block = block.split(b"\n", 1)[1] if b"\n" in block else b""
-                skip_header = False
-            bad_rows: list[RecordError] = []
-            try:
-                table = self._decode(block, record, bad_rows)
-                out = Decoded(table, bad_rows, table.num_rows + len(bad_rows), consumed)
-            except Exception:
-                records = split_records(block)
-                tables, errors = isolate(records, self._decode_strict, record)
-                import pyarrow as pa
+        line = first_line if first_line is not None else (1 if at_start else None)
+        header = self.config.headers and at_start
 
-                table = pa.concat_tables(tables) if tables else self.schema.empty_table()
-                out = Decoded(table, errors, len(records), consumed)
+        def step(buf: bytes, at_end: bool) -> tuple[Decoded | None, int]:
+            nonlocal record, line, header
+            end_of_object = at_end and final
+            # Fast path: cut at the last newline and let pyarrow read the block. It is
+            # wrong only where a quoted value spans lines (a stray quote, or a value
+            # going on past the cut), and then it fails, or a VARCHAR value holds a line
+            # end, or the object's last line holds a quote: then find the records.
+            cut = len(buf) if end_of_object else buf.rfind(b"\n") + 1
+            skip = self.syntax.header_end(buf) if header else 0
+            out = None
+            if cut and skip <= cut and not self._quote_in_last_line(buf[:cut]):
+                out = self._fast(buf[skip:cut])
+            if out is None:
+                cut, stray = self.syntax.cut(buf, end_of_object=end_of_object)
+                if not cut or skip > cut:
+                    return None, 0
+                first = None if line is None else line + count_lines(buf, skip)
+                out = self._careful(buf[skip:cut], record, first, stray)
+            if line is not None:
+                line += count_lines(buf, cut)
             record += out.records
-            yield out
+            header = False
+            return out, cut
 
-    def _decode_strict(self, records: Sequence[bytes]) -> pa.Table:
-        bad: list[RecordError] = []
+        yield from buffered(chunks, step, block_bytes=self.block_bytes)
+
+    def _quote_in_last_line(self, block: bytes) -> bool:
+        """A quote on a last line without line end: pyarrow would read an unterminated
+        quote there as a value."""
+        return not block.endswith(b"\n") and self.syntax.quote in block[block.rfind(b"\n") + 1 :]
+
+    def _fast(self, body: bytes) -> Decoded | None:
+        import pyarrow.compute as pc
+
         try:
-            table = self._decode(b"\n".join(records), 0, bad)
-        except Exception as e:
-            raise ValueError(self._explain(str(e))) from e
-        if bad:
-            raise ValueError(bad[0].error)
-        return table
+            table = self._read(body)
+        except Exception:
+            return None
+        if self.syntax.quote in body:
+            for col in self.table.columns:
+                if col.type.kind != "VARCHAR":
+                    continue
+                lines = pc.match_substring_regex(table.column(col.name), "[\r\n]")
+                if pc.any(lines).as_py():
+                    return None  # a quoted value spans lines: is it a stray quote?
+        return Decoded(table, [], table.num_rows)
 
-    def _explain(self, message: str) -> str:
-        # pyarrow: "In CSV column #0: Row #1: CSV conversion error to int32: invalid value 'x'"
-        m = re.match(
-            r"In CSV column #(\d+): (?:Row #\d+: )?CSV conversion error to [^:]+: (.*)", message
-        )
-        if m and int(m.group(1)) < len(self.table.columns):
-            col = self.table.columns[int(m.group(1))]
-            return f"column {col.name!r} ({col.type}): {m.group(2)}"
-        return message
-
-    def _decode(self, data: bytes, first_record: int, bad_rows: list[RecordError]) -> pa.Table:
+    def _careful(self, body: bytes, record: int, line: int | None, stray: bool) -> Decoded:
         import pyarrow as pa
+
+        if not stray:
+            try:
+                table = self._read(body)
+                return Decoded(table, [], table.num_rows)
+            except Exception:
+                pass
+        records = self.syntax.split(body)
+
+        def decode(rs: Sequence[_Record]) -> pa.Table:
+            for r in rs:
+                if r.error:
+                    raise RowError(r.error)
+            try:
+                return self._read(b"\n".join(body[r.start : r.end] for r in rs))
+            except RowError:
+                raise
+            except Exception as e:
+                one = body[rs[0].start : rs[0].end] if len(rs) == 1 else None
+                raise ValueError(self._explain(str(e), one)) from e
+
+        tables, errors = isolate(
+            records,
+            decode,
+            record,
+            lambda r: clip(body[r.start : r.end]),
+            [None if line is None else line + r.line - 1 for r in records],
+        )
+        table = pa.concat_tables(tables) if tables else self.schema.empty_table()
+        return Decoded(table, errors, len(records))
+
+    def _explain(self, message: str, record: bytes | None = None) -> str:
+        # pyarrow: "In CSV column #0: Row #1: CSV conversion error to int32: invalid value 'x'"
+        m = re.match(r"CSV parse error: (?:Row #\d+: )?Expected (\d+) columns, got (\d+)", message)
+        if m:
+            return f"expected {m.group(1)} columns, found {m.group(2)}"
+        m = re.match(r"In CSV column #(\d+): (?:Row #\d+: )?(.*)", message, re.S)
+        if not m or int(m.group(1)) >= len(self.table.columns):
+            return message
+        col = self.table.columns[int(m.group(1))]
+        detail = m.group(2)
+        if "invalid UTF8" in detail:
+            return mismatch(col, "invalid UTF-8 (the raw text shows the bytes escaped)")
+        value = re.search(
+            r"(?:invalid value |Error converting |The string )'(.*?)'(?: to | is | cannot |$)",
+            detail,
+        )
+        if value:
+            return mismatch(col, show(value.group(1)))
+        fields = self.syntax.field_texts(record) if record is not None else []
+        if len(fields) == len(self.table.columns):
+            return mismatch(col, show(fields[int(m.group(1))]))
+        return f"column {col.name!r} ({col.type}): {detail}"
+
+    def _read(self, data: bytes) -> pa.Table:
+        import pyarrow as pa
+        import pyarrow.compute as pc
         import pyarrow.csv as pcsv
 
-        def invalid_row(row: pcsv.InvalidRow) -> str:
-            number = first_record + (row.number - 1 if row.number else 0)
-            bad_rows.append(
-                RecordError(
-                    number,
-                    f"expected {row.expected_columns} columns, found {row.actual_columns}",
-                    clip(row.text),
-                )
-            )
-            return "skip"
-
-        if not data.strip():
+        if not data.strip(b"\r\n"):
             return self.schema.empty_table()
         raw = pcsv.read_csv(
             pa.BufferReader(data),
@@ -115,13 +384,25 @@ class CsvFormat(Format):
             parse_options=pcsv.ParseOptions(
                 delimiter=self.config.delimiter,
                 quote_char=self.config.quote,
-                invalid_row_handler=invalid_row,
+                newlines_in_values=True,
             ),
             convert_options=pcsv.ConvertOptions(
-                column_types={f.name: f.type for f in self.schema},
-                null_values=["", "NULL", "null"],
+                column_types={
+                    c.name: pa.string() if c.type.kind in _TEXT_PARSED else f.type
+                    for c, f in zip(self.table.columns, self.schema, strict=True)
+                },
+                null_values=_NULLS,
+                true_values=["true", "True", "TRUE"],
+                false_values=["false", "False", "FALSE"],
                 strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
             ),
         )
+        for c in self.table.columns:
+            if c.type.kind in _TEXT_PARSED:  # NULL spellings, as pyarrow does for typed columns
+                i = raw.schema.get_field_index(c.name)
+                arr = raw.column(i)
+                nulls = pc.is_in(arr, value_set=pa.array(_NULLS))
+                raw = raw.set_column(
+                    i, c.name, pc.if_else(nulls, pa.scalar(None, pa.string()), arr)
+                )
         return conform(raw, self.table, self.schema)

@@ -1,28 +1,47 @@
-"""``json``: newline-delimited JSON records or JSON arrays, decoded with pyarrow."""
+"""``json``: newline-delimited JSON records or JSON arrays, decoded with pyarrow.
+
+Records. With ``lines: single`` a record is one non-blank line. With ``lines: multiple``
+(the default) a record may span lines (pretty-printed JSON): it runs until its braces
+and brackets balance. A record that never balances (a broken record) ends where the
+next line starts with ``{`` in its first column (where top-level records of
+pretty-printed and one-per-line JSON start) or at the end of the object, and is one dead
+letter; the records around it still land. Blank lines are not records. Record numbers
+count records; a dead letter's ``line`` is the physical line of the object where its
+record starts (for ``array: true``, where the array element starts).
+
+Each record must be one UTF-8 JSON object; values follow the rule of :mod:`._conform`.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from airflow_connectors.formats._conform import coerce, mismatch
 from airflow_connectors.formats.base import (
+    DEFAULT_BLOCK_BYTES,
     Decoded,
     Format,
     RecordError,
     RowError,
+    _message,
+    buffered,
     clip,
     conform,
     isolate,
-    line_blocks,
-    split_records,
     target_schema,
 )
 from airflow_connectors.transports.base import StrictConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from airflow_connectors.spec.models import ColumnSpec
+
+_TEXT_PARSED = ("DATE", "TIME", "TIMESTAMP")  # JSON has no such types: read as strings
 
 
 class JsonConfig(StrictConfig):
@@ -36,6 +55,14 @@ class JsonConfig(StrictConfig):
     lines: Literal["multiple", "single"] = "multiple"
 
 
+@dataclass(frozen=True)
+class _Record:
+    start: int  # byte span of the record in its block, without the line end
+    end: int
+    line: int  # 1-based line of the block where the record starts
+    open: bool = False  # its braces never balanced before the block ended
+
+
 class JsonFormat(Format):
     name = "json"
     Config = JsonConfig
@@ -46,93 +73,228 @@ class JsonFormat(Format):
         import pyarrow as pa
 
         self.schema = target_schema(self.table)
-        # pyarrow's JSON reader cannot parse DATE and TIME strings: read them as strings
-        # and let conform() cast them.
-        fields = [
-            pa.field(f.name, pa.string())
-            if pa.types.is_date(f.type) or pa.types.is_time(f.type)
+        self.fields = {
+            c.name: pa.field(c.name, pa.string())
+            if c.type.kind in _TEXT_PARSED
             else f.with_nullable(True)
-            for f in self.schema
-        ]
-        row = pa.struct(fields)
+            for c, f in zip(self.table.columns, self.schema, strict=True)
+        }
+        self.read_schema = self._wrap(list(self.fields.values()))
+        self.block_bytes = DEFAULT_BLOCK_BYTES
+
+    def _wrap(self, fields: list[pa.Field]) -> pa.Schema:
+        import pyarrow as pa
+
         if self.config.update_format == "insert_delete":
-            self.read_schema = pa.schema([("insert", row), ("delete", row), ("update", row)])
-        else:
-            self.read_schema = pa.schema(fields)
+            row = pa.struct(fields)
+            return pa.schema([("insert", row), ("delete", row), ("update", row)])
+        return pa.schema(fields)
 
     @property
     def line_oriented(self) -> bool:
         return not self.config.array
 
     def decode(
-        self, chunks: Iterator[bytes], *, final: bool, first_record: int, at_start: bool
+        self,
+        chunks: Iterator[bytes],
+        *,
+        final: bool,
+        first_record: int,
+        at_start: bool,
+        first_line: int | None = None,
     ) -> Iterator[Decoded]:
+        line = first_line if first_line is not None else (1 if at_start else None)
         if self.config.array:
             data = b"".join(chunks)
             try:
-                records = [json.dumps(r).encode() for r in _array_records(data)]
+                elements = _array_records(data)
             except RowError as e:
-                yield Decoded(
-                    self.schema.empty_table(),
-                    [RecordError(first_record, str(e), clip(data))],
-                    1,
-                    len(data),
-                )
+                error = RecordError(first_record, str(e), clip(data), line)
+                yield Decoded(self.schema.empty_table(), [error], 1, len(data))
                 return
-            yield self._decode_records(records, first_record, len(data))
+            records = [text for text, _ in elements]
+            lines = [None if line is None else line + at - 1 for _, at in elements]
+            tables, errors = isolate(records, self._decode_checked, first_record, clip, lines)
+            yield Decoded(self._concat(tables), errors, len(records), len(data))
             return
         record = first_record
-        for block, consumed in line_blocks(chunks, final=final):
-            if _suspect(block):
-                # Invalid UTF-8, or a bare `null` record (pyarrow crashes on one at the
-                # start of a block): record by record, each checked before pyarrow sees it.
-                out = self._decode_records(split_records(block), record, consumed)
-            else:
-                try:
-                    table = self._decode(block, multiline=False)
-                    out = Decoded(table, [], table.num_rows, consumed)
-                except Exception:
-                    out = self._slow(block, record, consumed)
-            record += out.records
-            yield out
 
-    def _slow(self, block: bytes, record: int, consumed: int) -> Decoded:
-        if self.config.lines == "multiple":
-            try:  # records spread over several lines (pretty-printed)?
-                table = self._decode(block, multiline=True)
-                return Decoded(table, [], table.num_rows, consumed)
+        def step(buf: bytes, at_end: bool) -> tuple[Decoded | None, int]:
+            nonlocal record, line
+            more = not (at_end and final)
+            cut = buf.rfind(b"\n") + 1 if more else len(buf)
+            if not cut:
+                return None, 0
+            out, used = self._decode_block(buf[:cut], record, line, more)
+            if used:
+                record += out.records
+                if line is not None:
+                    line += buf.count(b"\n", 0, used)
+            return out, used
+
+        yield from buffered(chunks, step, block_bytes=self.block_bytes)
+
+    def _decode_block(
+        self, block: bytes, record: int, line: int | None, more: bool
+    ) -> tuple[Decoded, int]:
+        # Invalid UTF-8, or a bare `null` record (pyarrow crashes on one at the start of a
+        # block), go record by record, each checked before pyarrow sees it.
+        if not _suspect(block):
+            try:
+                table = self._decode(block, multiline=False)
+                return Decoded(table, [], table.num_rows), len(block)
             except Exception:
                 pass
-        return self._decode_records(split_records(block), record, consumed)
+            if self.config.lines == "multiple":
+                try:  # records spread over several lines (pretty-printed)?
+                    table = self._decode(block, multiline=True)
+                    return Decoded(table, [], table.num_rows), len(block)
+                except Exception:
+                    pass
+        records = self._split(block)
+        used = len(block)
+        if more and records and records[-1].open:
+            # The last record may go on in bytes still to come.
+            used = records[-1].start
+            records = records[:-1]
+        texts = [block[r.start : r.end] for r in records]
+        lines = [None if line is None else line + r.line - 1 for r in records]
+        tables, errors = isolate(texts, self._decode_checked, record, clip, lines)
+        return Decoded(self._concat(tables), errors, len(records)), used
 
-    def _decode_records(self, records: Sequence[bytes], first: int, consumed: int) -> Decoded:
+    def _split(self, block: bytes) -> list[_Record]:
+        """The records of ``block``: non-blank lines, or (``lines: multiple``) runs of
+        lines whose braces and brackets balance."""
+        records: list[_Record] = []
+        multiple = self.config.lines == "multiple"
+        start = depth = 0
+        first = 0  # line where the open record starts; 0: none open
+        pos, line, n = 0, 1, len(block)
+        while pos < n:
+            eol = block.find(b"\n", pos)
+            eol = n if eol < 0 else eol
+            text = block[pos:eol]
+            if first and text[:1] == b"{":  # a new record: the open one was broken
+                records.append(_Record(start, pos - 1, first))
+                first = 0
+            if not first and text.strip():
+                start, first, depth = pos, line, 0
+            if first:
+                depth += _depth(text) if multiple else 0
+                if depth <= 0:
+                    records.append(_Record(start, eol, first))
+                    first = 0
+            pos, line = eol + 1, line + 1
+        if first:
+            records.append(_Record(start, n, first, open=True))
+        return records
+
+    def _concat(self, tables: list[pa.Table]) -> pa.Table:
         import pyarrow as pa
 
-        def decode(rs: Sequence[bytes]) -> pa.Table:
-            for r in rs:
-                _check_record(r)
-            return self._decode(b"\n".join(rs), multiline=False)
+        return pa.concat_tables(tables) if tables else self.schema.empty_table()
 
-        tables, errors = isolate(records, decode, first)
-        table = pa.concat_tables(tables) if tables else self.schema.empty_table()
-        return Decoded(table, errors, len(records), consumed)
+    def _decode_checked(self, records: Sequence[bytes]) -> pa.Table:
+        for r in records:
+            _check_record(r)
+        multiline = self.config.lines == "multiple"
+        try:
+            return self._decode(b"\n".join(records), multiline=multiline)
+        except RowError:
+            raise
+        except Exception as e:
+            if len(records) == 1:  # name the column that does not fit
+                raise RowError(self._diagnose(records[0], e)) from e
+            raise
 
-    def _decode(self, data: bytes, *, multiline: bool) -> pa.Table:
+    def _decode(self, data: bytes, *, multiline: bool, schema: pa.Schema | None = None) -> pa.Table:
+        raw = self._read(data, multiline=multiline, schema=schema or self.read_schema)
+        if self.config.update_format == "insert_delete":
+            raw = _inserts(raw)
+        return conform(raw, self.table, self.schema)
+
+    def _read(self, data: bytes, *, multiline: bool, schema: pa.Schema) -> pa.Table:
         import pyarrow as pa
         import pyarrow.json as pj
 
-        raw = pj.read_json(
+        return pj.read_json(
             pa.BufferReader(data),
             read_options=pj.ReadOptions(use_threads=False, block_size=max(len(data), 1 << 20)),
             parse_options=pj.ParseOptions(
-                explicit_schema=self.read_schema,
+                explicit_schema=schema,
                 unexpected_field_behavior="ignore",
                 newlines_in_values=multiline,
             ),
         )
-        if self.config.update_format == "insert_delete":
-            raw = _inserts(raw)
-        return conform(raw, self.table, self.schema)
+
+    def _diagnose(self, record: bytes, error: Exception) -> str:
+        """Why ``record`` failed, naming the column: pyarrow's reader says "couldn't
+        parse:300" or "changed from number to string" without saying where."""
+        try:
+            obj = json.loads(record, parse_int=_Number, parse_float=_Number, parse_constant=_Number)
+        except (ValueError, RecursionError) as e:
+            where = (
+                f" (line {e.lineno}, column {e.colno} of the record)"
+                if isinstance(e, json.JSONDecodeError)
+                else ""
+            )
+            return f"invalid JSON: {getattr(e, 'msg', e)}{where}"
+        row = (
+            obj.get("insert")
+            if self.config.update_format == "insert_delete" and isinstance(obj, dict)
+            else obj
+        )
+        if isinstance(row, dict):
+            for col in self.table.columns:
+                if col.name in row and not self._fits(col, row[col.name]):
+                    return mismatch(col, _show(row[col.name]))
+        return _message(error)
+
+    def _fits(self, col: ColumnSpec, value: object) -> bool:
+        """Whether ``value`` alone decodes into ``col``: the same pyarrow reader and rule."""
+        text = f"{{{json.dumps(col.name)}: {_dump(value)}}}".encode()
+        try:
+            raw = self._read(text, multiline=True, schema=self._column_schema(col))
+            coerce(raw.column(0), col, self.schema.field(col.name).type)
+        except Exception:
+            return False
+        return True
+
+    def _column_schema(self, col: ColumnSpec) -> pa.Schema:
+        import pyarrow as pa
+
+        return pa.schema([self.fields[col.name]])
+
+
+class _Number(str):
+    """A JSON number as written (``300``, ``1e400``, ``NaN``), for error messages."""
+
+
+def _dump(value: object) -> str:
+    return str(value) if isinstance(value, _Number) else json.dumps(value)
+
+
+def _show(value: object) -> str:
+    if isinstance(value, _Number):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the string {json.dumps(value)[:100]}"
+    if isinstance(value, bool):
+        return f"the boolean {json.dumps(value)}"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    return json.dumps(value)
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"?')  # an unterminated string runs to the line's end
+
+
+def _depth(line: bytes) -> int:
+    """How much ``line`` opens (+) or closes (-) objects and arrays, outside strings."""
+    s = _STRING.sub(b"", line) if b'"' in line else line
+    return s.count(b"{") + s.count(b"[") - s.count(b"}") - s.count(b"]")
 
 
 def _inserts(raw: pa.Table) -> pa.Table:
@@ -191,28 +353,54 @@ def _check_record(record: bytes) -> None:
         )
 
 
-def _array_records(data: bytes) -> list[object]:
-    """Records of one or more consecutive JSON arrays."""
+def _array_records(data: bytes) -> list[tuple[bytes, int]]:
+    """The elements of one or more consecutive JSON arrays, each as its text and the
+    line (1-based) where it starts."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise RowError(f"invalid UTF-8 at byte {e.start + 1}; JSON text must be UTF-8") from None
     decoder = json.JSONDecoder()
-    out: list[object] = []
-    pos = 0
-    while True:
+    out: list[tuple[bytes, int]] = []
+    pos, line, counted = 0, 1, 0
+
+    def skip(pos: int) -> int:
         while pos < len(text) and text[pos].isspace():
             pos += 1
+        return pos
+
+    def fail(pos: int, msg: str) -> RowError:
+        return RowError(f"invalid JSON at character {pos}: {msg}: {clip(text[pos : pos + 200])}")
+
+    while True:
+        pos = skip(pos)
         if pos >= len(text):
             return out
-        try:
-            value, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as e:
-            raise RowError(
-                f"invalid JSON at character {e.pos}: {e.msg}: {clip(text[e.pos : e.pos + 200])}"
-            ) from e
-        if not isinstance(value, list):
+        if text[pos] != "[":
+            try:
+                value, _ = decoder.raw_decode(text, pos)
+            except json.JSONDecodeError as e:
+                raise fail(e.pos, e.msg) from e
             raise RowError(
                 f"expected a JSON array of records (format config array: true), got {type(value).__name__}"
             )
-        out.extend(value)
+        pos = skip(pos + 1)
+        if text[pos : pos + 1] == "]":
+            pos += 1
+            continue
+        while True:
+            try:
+                _, end = decoder.raw_decode(text, pos)
+            except json.JSONDecodeError as e:
+                raise fail(e.pos, e.msg) from e
+            line += text.count("\n", counted, pos)
+            counted = pos
+            out.append((text[pos:end].encode(), line))
+            pos = skip(end)
+            if text[pos : pos + 1] == ",":
+                pos = skip(pos + 1)
+            elif text[pos : pos + 1] == "]":
+                pos += 1
+                break
+            else:
+                raise fail(pos, "expected ',' or ']' after an array element")

@@ -22,7 +22,13 @@ class ParquetFormat(Format):
     Config = ParquetConfig
 
     def decode(
-        self, chunks: Iterator[bytes], *, final: bool, first_record: int, at_start: bool
+        self,
+        chunks: Iterator[bytes],
+        *,
+        final: bool,
+        first_record: int,
+        at_start: bool,
+        first_line: int | None = None,
     ) -> Iterator[Decoded]:
         import pyarrow as pa
         import pyarrow.parquet as pq

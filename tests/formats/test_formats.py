@@ -99,7 +99,9 @@ def test_json_bad_records_isolated_with_numbers() -> None:
     found = errs(out)
     assert [e[0] for e in found] == [1010, 1050, 1080, 1090]
     assert found[0][2] == '{"id": "ten"}'
-    assert "int8" in found[1][1]
+    assert found[1][1] == (
+        "column 'small' (TINYINT): expected an integer from -128 to 127, got the number 300"
+    )
     assert "NOT NULL" in found[2][1] and "'id'" in found[2][1]
     assert sum(d.records for d in out) == 100
 
@@ -131,7 +133,7 @@ def test_csv_types_headers_nulls_and_errors() -> None:
     assert rows(out)[1]["amount"] is None
     found = errs(out)
     assert [e[0] for e in found] == [3, 4]
-    assert found[0][1] == "column 'id' (BIGINT): invalid value 'x'"
+    assert found[0][1] == "column 'id' (BIGINT): expected an integer from -2^63 to 2^63-1, got 'x'"
     assert found[1][1] == "expected 8 columns, found 2"
 
 

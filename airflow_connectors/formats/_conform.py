@@ -1,0 +1,265 @@
+"""One rule for turning decoded values into column values, shared by every format.
+
+A value lands only if it fits its column exactly. Anything else is a parse error that
+names the column, what the column takes and what the record held: a dead letter under
+``errors.tolerance: all``, a failed batch naming the record under ``none``. Nothing is
+wrapped, truncated, rounded to a decimal or reinterpreted (no epoch numbers as
+timestamps, no 5 as true). JSON and Parquet values are typed, so kinds must match; a CSV
+field is text and is parsed as its column's type. What each column takes:
+
+- BOOLEAN: booleans. CSV: ``true``/``false`` (also ``True``, ``TRUE``, ``False``,
+  ``FALSE``); ``1``/``0`` are errors, as in JSON and Parquet.
+- TINYINT .. BIGINT: integers within the type's range. ``1.0``, ``1.5``, ``1e3``, ``"5"``
+  and ``true`` are errors; Parquet integer columns and DECIMAL(p, 0) qualify, floats and
+  decimals with a scale do not.
+- REAL, DOUBLE: numbers, rounded to the nearest REAL/DOUBLE (what a floating-point column
+  is). NaN, Infinity and numbers beyond the type's range are errors in every format
+  (JSON has no NaN; a CSV ``NaN``, ``inf`` or ``1e400`` and a Parquet NaN alike), so a
+  column never silently holds a value no source number had.
+- DECIMAL(p, s): numbers with at most ``p - s`` digits before the point and ``s`` after
+  it; never rounded. JSON may also give the number as a string (as Feldera accepts, to
+  carry more digits than a double). A Parquet float must convert back to the same float
+  (0.1 -> 0.10 fits DECIMAL(5, 2); 0.125 does not).
+- VARCHAR: text (JSON strings, any CSV field, Parquet strings or binary holding UTF-8).
+- DATE: ``YYYY-MM-DD`` text, dates, or timestamps at midnight exactly.
+- TIME: ``HH:MM[:SS[.ffffff]]`` text or times, at most microsecond precision.
+- TIMESTAMP: ISO 8601 text (``T`` or a space between date and time; a date alone is
+  midnight; at most 6 fractional digits), timestamps and dates. TIMESTAMP has no time
+  zone and holds UTC: a value with an offset (``Z``, ``+05:00``, a Parquet timestamp
+  with a time zone) is converted to UTC, the same in every format.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from airflow_connectors.spec.models import ColumnSpec, TableSpec
+    from airflow_connectors.spec.types import SqlType
+
+
+class RowError(ValueError):
+    """A value that does not fit its column (raised by :func:`conform`)."""
+
+
+_INT_RANGE = {
+    "TINYINT": "-128 to 127",
+    "SMALLINT": "-32768 to 32767",
+    "INT": "-2147483648 to 2147483647",
+    "BIGINT": "-2^63 to 2^63-1",
+}
+# A time of day and then a zone: "...T10:11:12+05:00", "... 10:11Z".
+_ZONE = r"\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d(?::?\d\d)?)$"
+_TIME_TEXT = r"^\d\d:\d\d(?::\d\d(?:\.\d+)?)?$"
+
+
+def expected(t: SqlType) -> str:
+    """What a column of type ``t`` takes, in words for error messages."""
+    if t.kind in _INT_RANGE:
+        return f"an integer from {_INT_RANGE[t.kind]}"
+    if t.kind == "DECIMAL":
+        assert t.precision is not None and t.scale is not None
+        whole = t.precision - t.scale
+        if t.scale == 0:
+            return f"a whole number of at most {whole} digits"
+        return (
+            f"a number with at most {whole} digits before the decimal point and {t.scale} after it"
+        )
+    return {
+        "BOOLEAN": "true or false",
+        "REAL": "a finite number within REAL's range (about ±3.4e38)",
+        "DOUBLE": "a finite number",
+        "VARCHAR": "text",
+        "DATE": "a date (YYYY-MM-DD)",
+        "TIME": "a time of day (HH:MM:SS[.ffffff])",
+        "TIMESTAMP": "a timestamp (YYYY-MM-DD HH:MM:SS[.ffffff]; an offset or Z is converted to UTC)",
+    }[t.kind]
+
+
+def mismatch(col: ColumnSpec, got: str) -> str:
+    """The message for a value that does not fit ``col``: names the column, what it
+    takes and what the record held."""
+    return f"column {col.name!r} ({col.type}): expected {expected(col.type)}, got {got}"
+
+
+def show(value: object, arrow_type: pa.DataType | None = None) -> str:
+    """A value as an error message shows it, with its kind when that is not obvious."""
+    import datetime as dt
+    from decimal import Decimal
+
+    if isinstance(value, str):
+        return repr(value if len(value) <= 100 else value[:100] + "...")
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int):
+        return f"the integer {value}"
+    if isinstance(value, float):
+        return f"the number {value!r}"
+    if isinstance(value, Decimal):
+        return f"the decimal {value}"
+    if isinstance(value, dt.datetime):
+        return f"the timestamp {value.isoformat()}"
+    if isinstance(value, dt.date):
+        return f"the date {value.isoformat()}"
+    if isinstance(value, dt.time):
+        return f"the time {value.isoformat()}"
+    if isinstance(value, bytes):
+        return f"the bytes {value[:100]!r}"
+    return f"a value of type {arrow_type}" if arrow_type is not None else repr(value)
+
+
+def conform(data: pa.Table, table: TableSpec, schema: pa.Schema) -> pa.Table:
+    """Cast ``data`` to the table schema (columns in table order; missing columns NULL)
+    and enforce NOT NULL, by the rule in this module's docstring. Raises
+    :class:`RowError` naming the column when a value does not fit; callers isolate the
+    record with :func:`~airflow_connectors.formats.base.isolate`."""
+    import pyarrow as pa
+
+    arrays = []
+    n = data.num_rows
+    names = set(data.column_names)
+    for col, fld in zip(table.columns, schema, strict=True):
+        if col.name in names:
+            arr = coerce(data.column(col.name), col, fld.type)
+        else:
+            arr = pa.nulls(n, fld.type)
+        if not col.nullable and arr.null_count:
+            raise RowError(f"column {col.name!r} is NOT NULL but the record has no value for it")
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def coerce(arr: pa.ChunkedArray, col: ColumnSpec, to: pa.DataType) -> pa.ChunkedArray:
+    """``arr`` as values of ``col`` (Arrow type ``to``); raises :class:`RowError`."""
+    import pyarrow as pa
+
+    source = arr
+    try:
+        if arr.type != to:
+            arr = _cast(arr, col, to)
+        _check(arr, col)
+    except RowError:
+        raise
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise RowError(mismatch(col, _first(source, str(e)))) from e
+    return arr
+
+
+def _first(arr: pa.ChunkedArray | pa.Array, fallback: str = "") -> str:
+    """The first non-null value of ``arr`` shown for a message (callers isolate bad
+    records one by one, so at that point it is the bad value)."""
+    values = arr.drop_null()
+    if len(values):
+        return show(values[0].as_py(), arr.type)
+    return fallback or "a value that does not fit"
+
+
+def _cast(arr: pa.ChunkedArray, col: ColumnSpec, to: pa.DataType) -> pa.ChunkedArray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = col.type.kind
+    src = arr.type
+    if pa.types.is_null(src) or arr.null_count == len(arr):
+        return pa.chunked_array([pa.nulls(len(arr), to)])
+    if pa.types.is_dictionary(src):
+        arr = pc.cast(arr, src.value_type)
+        src = arr.type
+        if src == to:
+            return arr
+    if pa.types.is_string(src) or pa.types.is_large_string(src) or pa.types.is_string_view(src):
+        if kind in ("DATE", "TIME", "TIMESTAMP"):
+            return parse_temporal(arr, kind, to)
+        if kind in ("VARCHAR", "DECIMAL"):
+            return pc.cast(arr, to)
+    elif pa.types.is_binary(src) or pa.types.is_large_binary(src) or pa.types.is_binary_view(src):
+        if kind == "VARCHAR":
+            return pc.cast(arr, to)  # validates UTF-8
+    elif pa.types.is_integer(src):
+        if col.type.is_integer:
+            return pc.cast(arr, to)
+        if kind in ("REAL", "DOUBLE"):
+            return pc.cast(arr, options=pc.CastOptions(to, allow_float_truncate=True))
+        if kind == "DECIMAL":
+            # Arrow refuses int64 -> DECIMAL(5, 2) outright; go through a decimal wide
+            # enough for any integer, then the checked narrowing names what overflows.
+            return pc.cast(pc.cast(arr, pa.decimal256(76, to.scale)), to)
+    elif pa.types.is_floating(src):
+        if kind in ("REAL", "DOUBLE"):
+            return pc.cast(arr, to, safe=False)  # overflow to inf is caught by _check
+        if kind == "DECIMAL":
+            dec = pc.cast(arr, to)
+            back = pc.cast(dec, src)
+            differs = pc.fill_null(pc.not_equal(back, arr), False)
+            if pc.any(differs).as_py():
+                raise RowError(
+                    mismatch(col, _first(arr.filter(differs)) + " (it would be rounded)")
+                )
+            return dec
+    elif pa.types.is_decimal(src):
+        if (
+            kind == "DECIMAL"
+            or kind in ("REAL", "DOUBLE")
+            or (col.type.is_integer and src.scale == 0)
+        ):
+            return pc.cast(arr, to)
+    elif pa.types.is_date(src):
+        if kind in ("DATE", "TIMESTAMP"):
+            return pc.cast(arr, to)
+    elif pa.types.is_timestamp(src):
+        if src.tz is not None:  # a point in time: its UTC wall-clock time
+            arr = pc.cast(arr, pa.timestamp(src.unit))
+        if kind == "TIMESTAMP":
+            return pc.cast(arr, to)
+        if kind == "DATE":
+            day = pc.cast(arr, to)
+            timed = pc.fill_null(pc.not_equal(pc.cast(day, arr.type), arr), False)
+            if pc.any(timed).as_py():
+                raise RowError(mismatch(col, _first(arr.filter(timed)) + " (it has a time of day)"))
+            return day
+    elif pa.types.is_time(src) and kind == "TIME":
+        return pc.cast(arr, to)
+    raise RowError(mismatch(col, _first(arr)))
+
+
+def parse_temporal(arr: pa.ChunkedArray, kind: str, to: pa.DataType) -> pa.ChunkedArray:
+    """Text -> DATE, TIME or TIMESTAMP; one parser for JSON, CSV and Parquet strings."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if kind == "DATE":
+        return pc.cast(arr, to)
+    if kind == "TIME":
+        shaped = pc.fill_null(pc.match_substring_regex(arr, _TIME_TEXT), True)
+        if not pc.all(shaped).as_py():
+            raise pa.ArrowInvalid("not a time of day")
+        # Arrow cannot cast string -> time; go through a timestamp on 1970-01-01.
+        ts = pc.cast(pc.binary_join_element_wise("1970-01-01T", arr, ""), pa.timestamp("us"))
+        return pc.cast(pc.cast(ts, pa.int64()), to)
+    zoned = pc.fill_null(pc.match_substring_regex(arr, _ZONE), False)
+    if not pc.any(zoned).as_py():
+        return pc.cast(arr, to)
+    utc = pc.cast(pc.cast(pc.if_else(zoned, arr, None), pa.timestamp("us", "UTC")), to)
+    local = pc.cast(pc.if_else(zoned, None, arr), to)
+    return pc.if_else(zoned, utc, local)
+
+
+def _check(arr: pa.ChunkedArray, col: ColumnSpec) -> None:
+    """Values readers store without complaint but that do not fit: NaN and infinities
+    (a CSV ``1e400`` parses as inf), decimals beyond their precision (pyarrow's JSON and
+    CSV readers store 1234.5 in a DECIMAL(5, 2))."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    bad: Any = None
+    if col.type.kind in ("REAL", "DOUBLE"):
+        bad = pc.invert(pc.fill_null(pc.is_finite(arr), True))
+    elif col.type.kind == "DECIMAL":
+        scale = arr.type.scale
+        wide = pc.cast(arr, pa.decimal256(76, scale), safe=False)
+        limit = pa.scalar(10 ** (arr.type.precision - scale), pa.decimal256(76, 0))
+        bad = pc.fill_null(pc.greater_equal(pc.abs(wide), pc.cast(limit, wide.type)), False)
+    if bad is not None and pc.any(bad).as_py():
+        raise RowError(mismatch(col, _first(arr.filter(bad))))
