@@ -239,6 +239,7 @@ def _ingest_item(
                     "connector": [ctx.connector.name] * len(errors),
                     "source_key": [item.key] * len(errors),
                     "record_number": [e.record for e in errors],
+                    "line_number": [e.line for e in errors],
                     "raw_text": [e.raw for e in errors],
                     "error": [e.error for e in errors],
                     "batch_id": [ctx.batch_id] * len(errors),

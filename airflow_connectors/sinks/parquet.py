@@ -34,6 +34,7 @@ def errors_schema() -> pa.Schema:
             ("connector", pa.string()),
             ("source_key", pa.string()),
             ("record_number", pa.int64()),
+            ("line_number", pa.int64()),
             ("raw_text", pa.string()),
             ("error", pa.string()),
             ("batch_id", pa.int64()),
