@@ -7,12 +7,12 @@ still land and each bad record is reported with its record number, the line it s
 on and its raw text (the slow path runs only where errors are). Values become column
 values by one rule for every format: see :mod:`._conform`.
 
-Record numbers count records, 1-based within the object (blank lines and a CSV header
-are not records); line numbers count physical lines, 1-based within the object, and
-say where a record starts. Both count records committed by earlier batches of the same
-object; a line number is unknown (``None``) when the read did not start at the
-beginning of the object (the appended part of a followed file) and the caller did not
-say which line it starts on.
+Record numbers count records, 1-based within the object, including those committed by
+earlier batches (``first_record``); blank lines and a CSV header are not records. Line
+numbers count physical lines, 1-based within the object, and say where a record starts
+(so a dead letter can be found in an editor); a line number is unknown (``None``) when
+the read did not start at the beginning of the object (the appended part of a followed
+file, a resumed download) and the caller did not pass ``first_line``.
 """
 
 from __future__ import annotations
