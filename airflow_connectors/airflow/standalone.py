@@ -40,8 +40,11 @@ def free_port() -> int:
 
 
 def port_free(port: int) -> bool:
-    """Whether nothing listens on 127.0.0.1:``port`` (and it can be bound)."""
+    """Whether a server could listen on 127.0.0.1:``port``: nothing listens there.
+    Bound as servers bind (``SO_REUSEADDR``), so connections of a server that just
+    stopped (``TIME_WAIT``) do not count."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
