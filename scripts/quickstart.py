@@ -81,7 +81,7 @@ def main() -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop_on_signal)
 
-    from airflow_connectors.airflow.standalone import StandaloneAirflow, free_port, port_free
+    from airflow_connectors.testing.standalone import StandaloneAirflow, free_port, port_free
 
     home = Path(os.environ.get("AIRFLOW_CONNECTORS_QUICKSTART_HOME") or ROOT / ".airflow")
     if home.exists() and args.fresh:

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from airflow_connectors.airflow.standalone import port_free, processes_of
+from airflow_connectors.testing.standalone import port_free, processes_of
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = (

@@ -16,7 +16,7 @@ __all__ = ["ConnectorPipeline", "connector_asset", "render_dags"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so helpers such as .standalone do not import Airflow.
+    # Lazy, so importing a submodule of the package does not import Airflow.
     if name in __all__:
         from airflow_connectors.airflow import render
 

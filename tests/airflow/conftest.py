@@ -98,7 +98,7 @@ class EndToEnd:
 
 @pytest.fixture(scope="session")
 def e2e(tmp_path_factory: pytest.TempPathFactory, pg_database: Any) -> Iterator[EndToEnd]:
-    from airflow_connectors.airflow.standalone import StandaloneAirflow
+    from airflow_connectors.testing.standalone import StandaloneAirflow
 
     root = tmp_path_factory.mktemp("e2e")
     (root / "dags").mkdir()

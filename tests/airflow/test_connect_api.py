@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import EndToEnd
 
-from airflow_connectors.airflow.standalone import StandaloneAirflow
+from airflow_connectors.testing.standalone import StandaloneAirflow
 
 COLUMNS = {"id": "BIGINT NOT NULL"}
 

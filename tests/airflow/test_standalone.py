@@ -18,7 +18,7 @@ import pytest
 import yaml
 from conftest import EndToEnd
 
-from airflow_connectors.airflow.standalone import StandaloneAirflow
+from airflow_connectors.testing.standalone import StandaloneAirflow
 
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR"}
 DAYS = ["2026-11-01", "2026-11-02", "2026-11-03"]

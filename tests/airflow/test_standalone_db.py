@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_connectors.airflow.standalone import StandaloneAirflow
+from airflow_connectors.testing.standalone import StandaloneAirflow
 
 WRITER = """
 import sqlalchemy as sa
