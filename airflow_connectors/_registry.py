@@ -44,8 +44,3 @@ class Registry:
         obj = getattr(importlib.import_module(module), attr)
         self._loaded[name] = obj
         return obj
-
-    def register(self, name: str, obj: Any) -> None:
-        """Register a plugin object directly (tests and embedding applications)."""
-        self._targets[name] = f"<registered {obj!r}>"
-        self._loaded[name] = obj

@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import time
 
-POINTS = ("before_sink_write", "sink_write_started", "after_sink_write", "after_commit")
-
 
 def reach(name: str) -> None:
     folder = os.environ.get("AIRFLOW_CONNECTORS_FAILPOINT_DIR")

@@ -58,9 +58,6 @@ class RecordError:
     #: None for Parquet, or when the read did not start at the object's first line.
     line: int | None = None
 
-    def to_json(self) -> dict[str, object]:
-        return {"record": self.record, "line": self.line, "error": self.error, "raw": self.raw}
-
 
 @dataclass
 class Decoded:

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
 
 from airflow_connectors.formats.base import Decoded, Format, clip, conform, isolate, target_schema
 from airflow_connectors.transports.base import StrictConfig
-
-if TYPE_CHECKING:
-    pass
 
 
 class ParquetConfig(StrictConfig):

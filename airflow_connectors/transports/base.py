@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pyarrow as pa
 
     from airflow_connectors.spec.models import TableSpec
@@ -95,7 +97,6 @@ class Transport(ABC):
     name: ClassVar[str]
     Config: ClassVar[type[StrictConfig]]
     needs_format: ClassVar[bool] = True
-    description: ClassVar[str] = ""
 
     def __init__(self, config: StrictConfig, table: TableSpec) -> None:
         self.config = config
@@ -105,6 +106,13 @@ class Transport(ABC):
         #: ``(message, source key)``: the framework logs them and counts them as
         #: transport errors in the connector's stats.
         self.notices: list[tuple[str, str | None]] = []
+
+    @classmethod
+    def resolve_config(cls, raw: dict[str, object], base_dir: Path | None) -> dict[str, object]:
+        """The config as written in a spec file whose folder is ``base_dir``, before
+        validation: a transport whose config names local paths makes relative ones
+        absolute here. The default changes nothing."""
+        return raw
 
     @property
     def bounded(self) -> bool:

@@ -510,7 +510,6 @@ class DatagenTransport(Transport):
     Config = DatagenConfig
     config: DatagenConfig
     needs_format = False
-    description = "generated rows (increment, uniform or zipf per column), as Feldera's datagen"
 
     def __init__(self, config: StrictConfig, table: TableSpec) -> None:
         if not isinstance(config, DatagenConfig):

@@ -53,7 +53,6 @@ class FileInputTransport(Transport):
     name = "file_input"
     Config = FileInputConfig
     config: FileInputConfig
-    description = "local files (a file, a directory or a glob)"
 
     @classmethod
     def resolve_config(cls, raw: dict[str, object], base_dir: Path | None) -> dict[str, object]:

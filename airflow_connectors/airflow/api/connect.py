@@ -101,7 +101,7 @@ def _may(user: Any, method: Literal["GET", "PUT"], dag_id: str) -> bool:
     from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
     from airflow.models.dag import DagModel
 
-    team = DagModel.get_team_name(dag_id) if hasattr(DagModel, "get_team_name") else None
+    team = DagModel.get_team_name(dag_id)
     details = DagDetails(id=dag_id, team_name=team) if team else DagDetails(id=dag_id)
     return bool(get_auth_manager().is_authorized_dag(method=method, details=details, user=user))
 
