@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Decoded",
     "Format",
+    "NotText",
     "RecordError",
     "RowError",
     "buffered",
@@ -40,11 +41,15 @@ __all__ = [
     "conform",
     "isolate",
     "target_schema",
+    "text_start",
 ]
 
 T = TypeVar("T")
 MAX_RAW_TEXT = 8192
 DEFAULT_BLOCK_BYTES = 32 << 20
+BOM = b"\xef\xbb\xbf"
+#: How much of an object's start is looked at to tell text from binary data.
+HEAD_BYTES = 8192
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,74 @@ def buffered(
         pending += chunk
         yield from drain(False)
     yield from drain(True)
+
+
+class NotText(ValueError):
+    """The object is not UTF-8 text (compressed, binary or UTF-16): an error about the
+    whole object, not about records (a text format would otherwise cut it at its
+    newline bytes into records that never existed)."""
+
+
+_MAGIC = (
+    (b"\x1f\x8b", "gzip-compressed data (decompress it first)"),
+    (b"PK\x03\x04", "a ZIP archive (extract it first)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed data (decompress it first)"),
+    (b"\xfd7zXZ\x00", "xz-compressed data (decompress it first)"),
+    (b"\xff\xfe", "UTF-16 or UTF-32 text (a byte order mark); save it as UTF-8"),
+    (b"\xfe\xff", "UTF-16 text (a byte order mark); save it as UTF-8"),
+)
+
+
+def check_text(head: bytes, fmt: str, *, complete: bool) -> None:
+    """Raise :class:`NotText` when ``head``, the first bytes of an object, is not UTF-8
+    text: a compression or UTF-16 signature, or NUL bytes (more than 1% of the head, or
+    any beside bytes that are not UTF-8). A stray NUL or invalid byte in otherwise valid
+    text stays a matter of its record. ``complete``: ``head`` is the whole object."""
+    import codecs
+
+    what = next((name for magic, name in _MAGIC if head.startswith(magic)), None)
+    if what is None and b"\0" in head:
+        try:
+            codecs.getincrementaldecoder("utf-8")().decode(head, final=complete)
+            utf8 = True
+        except UnicodeDecodeError:
+            utf8 = False
+        if not utf8 or head.count(b"\0") * 100 > len(head):
+            hint = "; set format parquet" if head.startswith(b"PAR1") else ""
+            what = f"binary data (NUL bytes in its first {len(head)} bytes){hint}"
+    if what is not None:
+        raise NotText(f"not UTF-8 text but {what}; the {fmt} format reads UTF-8 text")
+
+
+def text_start(
+    step: Callable[[bytes, bool], tuple[Decoded | None, int]],
+    fmt: str,
+    empty: Callable[[], pa.Table],
+) -> Callable[[bytes, bool], tuple[Decoded | None, int]]:
+    """Wrap a text format's :func:`buffered` step for a read that starts at the object's
+    start: bytes that are not text are refused (:class:`NotText`) before any record is
+    made of them, and a UTF-8 byte order mark is skipped (counted as consumed, so
+    offsets stay byte offsets of the object) instead of sticking to the first record."""
+    first = True
+
+    def wrapped(buf: bytes, at_end: bool) -> tuple[Decoded | None, int]:
+        nonlocal first
+        if not first:
+            return step(buf, at_end)
+        if not at_end and len(buf) < len(BOM) and BOM.startswith(buf):
+            return None, 0
+        check_text(buf[:HEAD_BYTES], fmt, complete=at_end and len(buf) <= HEAD_BYTES)
+        skip = len(BOM) if buf.startswith(BOM) else 0
+        if skip and len(buf) == skip and at_end:
+            first = False
+            return Decoded(empty(), [], 0), skip
+        out, used = step(buf[skip:], at_end)
+        if not used or out is None:
+            return out, 0
+        first = False
+        return out, used + skip
+
+    return wrapped
 
 
 def isolate(

@@ -51,6 +51,7 @@ from airflow_connectors.formats.base import (
     conform,
     isolate,
     target_schema,
+    text_start,
 )
 from airflow_connectors.transports.base import StrictConfig
 
@@ -288,7 +289,8 @@ class CsvFormat(Format):
             header = False
             return out, cut
 
-        yield from buffered(chunks, step, block_bytes=self.block_bytes)
+        steps = text_start(step, self.name, self.schema.empty_table) if at_start else step
+        yield from buffered(chunks, steps, block_bytes=self.block_bytes)
 
     def _quote_in_last_line(self, block: bytes) -> bool:
         """A quote on a last line without line end: pyarrow would read an unterminated

@@ -22,17 +22,21 @@ from typing import TYPE_CHECKING, Literal
 
 from airflow_connectors.formats._conform import coerce, mismatch
 from airflow_connectors.formats.base import (
+    BOM,
     DEFAULT_BLOCK_BYTES,
+    HEAD_BYTES,
     Decoded,
     Format,
     RecordError,
     RowError,
     _message,
     buffered,
+    check_text,
     clip,
     conform,
     isolate,
     target_schema,
+    text_start,
 )
 from airflow_connectors.transports.base import StrictConfig
 
@@ -106,10 +110,13 @@ class JsonFormat(Format):
         line = first_line if first_line is not None else (1 if at_start else None)
         if self.config.array:
             data = b"".join(chunks)
+            if at_start:
+                check_text(data[:HEAD_BYTES], self.name, complete=len(data) <= HEAD_BYTES)
+            text = data.removeprefix(BOM) if at_start else data
             try:
-                elements = _array_records(data)
+                elements = _array_records(text)
             except RowError as e:
-                error = RecordError(first_record, str(e), clip(data), line)
+                error = RecordError(first_record, str(e), clip(text), line)
                 yield Decoded(self.schema.empty_table(), [error], 1, len(data))
                 return
             records = [text for text, _ in elements]
@@ -132,7 +139,8 @@ class JsonFormat(Format):
                     line += buf.count(b"\n", 0, used)
             return out, used
 
-        yield from buffered(chunks, step, block_bytes=self.block_bytes)
+        steps = text_start(step, self.name, self.schema.empty_table) if at_start else step
+        yield from buffered(chunks, steps, block_bytes=self.block_bytes)
 
     def _decode_block(
         self, block: bytes, record: int, line: int | None, more: bool
@@ -157,7 +165,8 @@ class JsonFormat(Format):
             # The last record may go on in bytes still to come.
             used = records[-1].start
             records = records[:-1]
-        texts = [block[r.start : r.end] for r in records]
+        # A CRLF line end is a line end: its \r is no part of the record's raw text.
+        texts = [block[r.start : r.end].removesuffix(b"\r") for r in records]
         lines = [None if line is None else line + r.line - 1 for r in records]
         tables, errors = isolate(texts, self._decode_checked, record, clip, lines)
         return Decoded(self._concat(tables), errors, len(records)), used

@@ -44,8 +44,12 @@ class ParquetFormat(Format):
                 def convert(rs: Sequence[int], raw: pa.Table = raw) -> pa.Table:
                     return conform(raw.slice(rs[0], len(rs)), self.table, schema)
 
-                def text(i: int, raw: pa.Table = raw) -> str:
-                    return clip(json.dumps(raw.slice(i, 1).to_pylist()[0], default=str))
+                # The dead letter shows the whole row as the file holds it, also the
+                # columns the table does not have (a file of another schema).
+                whole = pf.read_row_group(group)
+
+                def text(i: int, whole: pa.Table = whole) -> str:
+                    return clip(json.dumps(whole.slice(i, 1).to_pylist()[0], default=str))
 
                 tables, errors = isolate(range(raw.num_rows), convert, record, text)
                 out = Decoded(
