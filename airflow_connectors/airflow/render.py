@@ -11,6 +11,8 @@ Each connector becomes the DAG ``<pipeline>.<table>.<connector>``::
     gate >> discover >> ingest[batch...] >> finalize >> finished
 
 Rendering reads the spec file and nothing else: no Spark, no state store, no network.
+The REST API finds the connectors in Airflow's own records of the DAGs (their tags and
+the serialized ``discover`` task, see :mod:`.api.connect`).
 """
 
 from __future__ import annotations
@@ -114,7 +116,6 @@ class ConnectorPipeline:
             for table, connector in self.spec.connectors():
                 dag = self._render(table, connector)
                 self._dags[dag.dag_id] = dag
-            self._register()
             log.info(
                 "pipeline %s: rendered %d connector DAG(s) in %.0f ms",
                 self.spec.name,
@@ -122,34 +123,6 @@ class ConnectorPipeline:
                 (time.perf_counter() - t0) * 1000,
             )
         return self._dags
-
-    def _register(self) -> None:
-        """Record the connectors in the state store's catalog, so the REST API and CLI
-        know connectors that never ran. A store that cannot be reached costs a warning,
-        never the DAGs."""
-        from airflow_connectors.settings import Settings
-        from airflow_connectors.state.store import StateStore
-
-        entries = {
-            (t.name, c.name): {
-                "table": t.model_dump(mode="json", exclude={"connectors"}),
-                "connector": c.model_dump(mode="json"),
-            }
-            for t, c in self.spec.connectors()
-        }
-        try:
-            store = StateStore(Settings.load().state_store_url)
-            try:
-                store.register_specs(self.spec.name, entries)
-            finally:
-                store.close()
-        except Exception as e:  # the DAGs must render whatever the store says
-            log.warning(
-                "pipeline %s: could not record its connectors in the state store (%s); "
-                "the REST API lists them once they run",
-                self.spec.name,
-                e,
-            )
 
     # --- one connector --------------------------------------------------------------
 

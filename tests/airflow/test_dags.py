@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -148,6 +149,71 @@ print(json.dumps(out))
     assert "hunter2" not in secret_doc and "http://user:***@127.0.0.1:1/x" in secret_doc
     with capsys.disabled():  # the figure is for people; nothing asserts a timing
         print(f"\n[figure] DagBag parse of 53 connector DAGs: {out['seconds'] * 1000:.0f} ms")
+
+
+def test_parsing_the_dag_file_leaves_the_state_store_alone(tmp_path: Path) -> None:
+    """The dag-processor parses DAG files every few seconds: parsing reads the spec and
+    writes nothing. A state store that does not exist is not created; an existing one
+    keeps its bytes. The serialized discover task carries the spec the REST API shows."""
+    from airflow_connectors.state.store import ConnectorRef, StateStore
+
+    spec_dir = tmp_path / "dags"
+    spec_dir.mkdir()
+    spec = {
+        "pipeline": "quiet",
+        "tables": {
+            "numbers": {
+                "columns": {"id": "BIGINT NOT NULL"},
+                "connectors": [
+                    {
+                        "name": "gen",
+                        "transport": {"name": "datagen", "config": {"plan": [{"limit": 5}]}},
+                    }
+                ],
+            }
+        },
+    }
+    (spec_dir / "quiet.yaml").write_text(json.dumps(spec))
+    dag_file(spec_dir, "quiet.yaml")
+    probe = f"""
+import json
+from airflow.dag_processing.dagbag import DagBag
+from airflow.serialization.serialized_objects import DagSerialization
+bag = DagBag(dag_folder={str(spec_dir)!r})
+dag = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags["quiet.numbers.gen"]))
+print(json.dumps({{
+    "errors": {{k: str(v) for k, v in bag.import_errors.items()}},
+    "spec": json.loads(dag.get_task("discover").spec_json),
+}}))
+"""
+
+    def parse(store: Path) -> dict[str, Any]:
+        env = {**os.environ, "AIRFLOW__CONNECTORS__STATE_STORE_URL": f"sqlite:///{store}"}
+        proc = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["errors"] == {}
+        return out
+
+    absent = tmp_path / "absent" / "state.db"
+    absent.parent.mkdir()
+    out = parse(absent)
+    assert not absent.exists() and list(absent.parent.iterdir()) == []
+    assert out["spec"]["connector"]["name"] == "gen"
+    assert out["spec"]["table"]["name"] == "numbers"
+    assert out["spec"]["connector"]["transport"]["config"]["plan"][0]["limit"] == 5
+
+    existing = tmp_path / "existing.db"
+    store = StateStore(f"sqlite:///{existing}")
+    store.set_pipeline_paused("quiet", True)
+    store.set_end_of_input(ConnectorRef("quiet", "numbers", "gen"), True)
+    store.close()
+    before = existing.read_bytes()
+    parse(existing)
+    assert existing.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["absent", "dags", "existing.db"]
 
 
 def asset_event_extras(uri: str) -> list[dict[str, Any]]:

@@ -9,6 +9,11 @@ state store):
 - Feldera: ``/v0/pipelines/{p}/tables/{t}/connectors/{c}/start|pause|stats``,
   ``/v0/pipelines/{p}/stats``, ``/v0/pipelines/{p}/pause|resume``.
 
+The connectors are the connector DAGs Airflow knows (DAG tags ``pipeline:<p>`` and
+``table:<t>``), with their specs from the serialized ``discover`` task: a connector is
+listed once its DAG file is parsed, before it ever runs, and rendering writes nothing to
+the state store.
+
 Errors are ``{"error_code": <http status>, "message": "..."}``.
 """
 
@@ -92,7 +97,7 @@ def _dag_ids_of(params: dict[str, Any]) -> list[str]:
     if "connector" in params:
         return [_name(_feldera_ref(params["pipeline"], params["table"], params["connector"]))]
     if "pipeline" in params:
-        return [_name(r) for r in _store().catalog(params["pipeline"])]
+        return [_name(r) for r in _catalog(params["pipeline"])]
     return []
 
 
@@ -158,7 +163,7 @@ def create_app() -> FastAPI:
     def list_connectors(request: Request, expand: list[str] = Query(default=[])) -> Any:  # noqa: B008
         # Only the connectors whose DAG the user may read.
         user = request.state.connect_user
-        names = [_name(ref) for ref in _store().catalog() if _may(user, "GET", _name(ref))]
+        names = [_name(ref) for ref in _catalog() if _may(user, "GET", _name(ref))]
         if not expand:
             return names
         out: dict[str, Any] = {}
@@ -320,7 +325,7 @@ def create_app() -> FastAPI:
 
     @app.get("/v0/pipelines/{pipeline}/stats")
     def pipeline_stats(pipeline: str) -> dict[str, Any]:
-        refs = [r for r in _store().catalog(pipeline)]
+        refs = _catalog(pipeline)
         if not refs:
             raise ApiError(404, f"unknown pipeline {pipeline!r}; known pipelines: {_pipelines()}")
         paused = _store().pipeline_paused(pipeline)
@@ -339,7 +344,7 @@ def create_app() -> FastAPI:
             raise ApiError(
                 400, f"unknown action {action!r}; the pipeline actions are 'pause' and 'resume'"
             )
-        if not _store().catalog(pipeline):
+        if not _catalog(pipeline):
             raise ApiError(404, f"unknown pipeline {pipeline!r}; known pipelines: {_pipelines()}")
         _store().set_pipeline_paused(pipeline, action == "pause")
         return {}
@@ -354,25 +359,55 @@ def _name(ref: ConnectorRef) -> str:
     return f"{ref.pipeline}.{ref.table}.{ref.connector}"
 
 
-def _ref(name: str) -> ConnectorRef:
-    pipeline, _, rest = name.partition(".")
-    table, _, connector = rest.partition(".")
-    ref = ConnectorRef(pipeline, table, connector)
-    if not connector or ref not in _store().catalog(pipeline):
-        raise ApiError(
-            404,
-            f"Connector {name} not found; connectors are named <pipeline>.<table>.<connector>, "
-            "see GET /connect/connectors",
+def _catalog(pipeline: str | None = None) -> list[ConnectorRef]:
+    """The connectors whose DAGs Airflow knows and their DAG files still render, by name:
+    a DAG tagged ``pipeline:<p>`` and ``table:<t>`` whose id is ``<p>.<t>.<connector>``."""
+    import sqlalchemy as sa
+    from airflow.models.dag import DagModel, DagTag
+    from airflow.utils.session import create_session
+
+    q = (
+        sa.select(DagTag.dag_id, DagTag.name)
+        .join(DagModel, DagModel.dag_id == DagTag.dag_id)
+        .where(
+            DagModel.is_stale == sa.false(),
+            sa.or_(DagTag.name.startswith("pipeline:"), DagTag.name.startswith("table:")),
         )
-    return ref
+    )
+    if pipeline is not None:
+        q = q.where(DagTag.dag_id.startswith(f"{pipeline}.", autoescape=True))
+    tags: dict[str, dict[str, str]] = {}
+    with create_session() as session:
+        for dag_id, tag in session.execute(q):
+            kind, _, value = tag.partition(":")
+            tags.setdefault(dag_id, {})[kind] = value
+    refs = []
+    for dag_id, found in tags.items():
+        p, t = found.get("pipeline"), found.get("table")
+        prefix = f"{p}.{t}."
+        ours = p and t and dag_id.startswith(prefix) and len(dag_id) > len(prefix)
+        if ours and (pipeline is None or p == pipeline):
+            refs.append(ConnectorRef(str(p), str(t), dag_id[len(prefix) :]))
+    return sorted(refs, key=lambda r: (r.pipeline, r.table, r.connector))
+
+
+def _ref(name: str) -> ConnectorRef:
+    for ref in _catalog():
+        if _name(ref) == name:
+            return ref
+    raise ApiError(
+        404,
+        f"Connector {name} not found; connectors are named <pipeline>.<table>.<connector>, "
+        "see GET /connect/connectors",
+    )
 
 
 def _pipelines() -> str:
-    return ", ".join(sorted({r.pipeline for r in _store().catalog()})) or "(none)"
+    return ", ".join(sorted({r.pipeline for r in _catalog()})) or "(none)"
 
 
 def _feldera_ref(pipeline: str, table: str, connector: str) -> ConnectorRef:
-    catalog = _store().catalog(pipeline)
+    catalog = _catalog(pipeline)
     if not catalog:
         raise ApiError(404, f"unknown pipeline {pipeline!r}; known pipelines: {_pipelines()}")
     # Feldera: unquoted table names are case-insensitive, quoted ones ("Name") exact.
@@ -397,7 +432,26 @@ def _feldera_ref(pipeline: str, table: str, connector: str) -> ConnectorRef:
 
 def _config(ref: ConnectorRef) -> dict[str, Any]:
     """The connector's config as users may see it: secrets masked."""
-    return masked_connector(_store().catalog(ref.pipeline)[ref]["connector"])
+    return masked_connector(_spec(ref)["connector"])
+
+
+def _spec(ref: ConnectorRef) -> dict[str, Any]:
+    """The table and connector as written in the spec, from the serialized DAG."""
+    import json
+
+    from airflow.models.serialized_dag import SerializedDagModel
+
+    dag = SerializedDagModel.get_dag(_dag_id(ref))
+    task = dag.get_task("discover") if dag is not None and dag.has_task("discover") else None
+    text = getattr(task, "spec_json", None)
+    if not isinstance(text, str):
+        raise ApiError(
+            409,
+            f"connector {_name(ref)}: its DAG in Airflow was serialized without its spec (by "
+            "an older airflow-connectors); wait for its DAG file to be parsed again",
+        )
+    doc: dict[str, Any] = json.loads(text)
+    return doc
 
 
 def masked_connector(connector: dict[str, Any]) -> dict[str, Any]:

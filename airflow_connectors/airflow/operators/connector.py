@@ -205,6 +205,20 @@ class ConnectorDiscoverOperator(_ConnectorOperator):
 
     ui_color = "#fef7e0"
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        #: The table and connector as written, as JSON text: stored with the serialized
+        #: DAG, where the REST API reads the connector before it ever runs (rendering a
+        #: DAG file writes nothing to the state store). Text, because Airflow serializes
+        #: extra operator fields but does not read nested dicts back.
+        self.spec_json = json.dumps(
+            {"table": self.table, "connector": self.connector}, sort_keys=True
+        )
+
+    @classmethod
+    def get_serialized_fields(cls) -> frozenset[str]:
+        return frozenset(super().get_serialized_fields() | {"spec_json"})
+
     def execute(self, context: Context) -> list[int]:
         from airflow_connectors.engine.discovery import LeaseBusy, discover
 
