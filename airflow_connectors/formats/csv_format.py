@@ -64,10 +64,27 @@ _TEXT_PARSED = ("DATE", "TIME", "TIMESTAMP")  # read as text, parsed by _conform
 
 
 class CsvConfig(StrictConfig):
-    delimiter: str = Field(default=",", min_length=1, max_length=1)
-    #: The object's first line is a header and is skipped (columns are positional).
-    headers: bool = False
-    quote: str = Field(default='"', min_length=1, max_length=1)
+    """Feldera's CSV parser: fields by position, in the table's column order."""
+
+    delimiter: str = Field(
+        default=",",
+        min_length=1,
+        max_length=1,
+        description="The one character between fields, e.g. ',' (the default), ';', '|' or a tab.",
+    )
+    headers: bool = Field(
+        default=False,
+        description="true: the first line of each file (object) is a header and is "
+        "skipped. Fields are matched to columns by position either way, not by the "
+        "header's names.",
+    )
+    quote: str = Field(
+        default='"',
+        min_length=1,
+        max_length=1,
+        description="The one character that encloses a field holding delimiters or line "
+        "breaks; doubled inside such a field it stands for itself. Default: '\"'.",
+    )
 
 
 @dataclass(frozen=True)

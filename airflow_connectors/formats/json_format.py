@@ -20,6 +20,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from pydantic import Field
+
 from airflow_connectors.formats._conform import coerce, mismatch
 from airflow_connectors.formats.base import (
     BOM,
@@ -49,14 +51,25 @@ _TEXT_PARSED = ("DATE", "TIME", "TIMESTAMP")  # JSON has no such types: read as 
 
 
 class JsonConfig(StrictConfig):
-    #: ``raw``: each record is a bare row object. ``insert_delete`` (Feldera's default):
-    #: ``{"insert": {...}}``; deletes and updates need a keyed sink and are reported as
-    #: errors by the append-only Parquet sink.
-    update_format: Literal["raw", "insert_delete"] = "insert_delete"
-    #: Each message (here: the whole object) is a JSON array of records.
-    array: bool = False
-    #: ``single``: one record per line (NDJSON). ``multiple``: records may span lines.
-    lines: Literal["multiple", "single"] = "multiple"
+    """Feldera's JSON parser: one JSON object per record, fields matched to columns by
+    name."""
+
+    update_format: Literal["raw", "insert_delete"] = Field(
+        default="insert_delete",
+        description="Shape of a record. 'raw': the row object itself, {\"id\": 1}. "
+        "'insert_delete' (Feldera's default): {\"insert\": {...}}; deletes and updates "
+        "need a keyed sink, and the append-only parquet sink makes them dead letters.",
+    )
+    array: bool = Field(
+        default=False,
+        description="true: each file (object) is one JSON array whose elements are the "
+        "records; false: records follow one another.",
+    )
+    lines: Literal["multiple", "single"] = Field(
+        default="multiple",
+        description="'single': one record per line (NDJSON). 'multiple' (default): a "
+        "record may span lines (pretty-printed JSON) and ends where its braces balance.",
+    )
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ import shutil
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import Field
+
 from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkUnwritable
 from airflow_connectors.transports.base import StrictConfig
 
@@ -21,9 +23,19 @@ if TYPE_CHECKING:
 
 
 class ParquetSinkConfig(StrictConfig):
-    #: Folder of the table; default ``<warehouse>/<pipeline>/<table>``.
-    path: str | None = None
-    compression: Literal["snappy", "zstd", "gzip", "none"] = "snappy"
+    """Where the table's Parquet files go and how they are compressed."""
+
+    path: str | None = Field(
+        default=None,
+        description="Folder of the table's Parquet files; its dead letters go to the "
+        "folder '<path>__errors' beside it. Unset: <warehouse>/<pipeline>/<table>, the "
+        "warehouse being [connectors] warehouse.",
+    )
+    compression: Literal["snappy", "zstd", "gzip", "none"] = Field(
+        default="snappy",
+        description="Compression codec of the Parquet files written: 'snappy' (default, "
+        "fast), 'zstd' (smaller files), 'gzip' or 'none'.",
+    )
 
 
 def errors_schema() -> pa.Schema:

@@ -29,12 +29,28 @@ READ_CHUNK = 8 << 20
 
 
 class FileInputConfig(StrictConfig):
-    #: A file, a directory (every file below it) or a glob (``**`` recurses); absolute,
-    #: or relative to the spec file. ``file://`` URLs are accepted.
-    path: str = Field(min_length=1)
-    follow: bool = False
-    #: Read size per request (Feldera's ``buffer_size_bytes``).
-    buffer_size_bytes: int | None = Field(default=None, gt=0)
+    """Feldera's ``file_input`` config, reading a folder or glob as well as one file."""
+
+    path: str = Field(
+        min_length=1,
+        description="What to read: a file, a directory (every file below it, skipping "
+        "names that start with '.' or '_') or a glob ('**' recurses). Absolute, or "
+        "relative to the spec file's folder; a file:// URL is accepted. Files are read "
+        "in path order.",
+    )
+    follow: bool = Field(
+        default=False,
+        description="false: read the files that match now, and end the input once all of "
+        "them are committed (files added later are still read by later runs). true: "
+        "also read lines appended to files already read (line-oriented formats: json, "
+        "csv), and never end the input.",
+    )
+    buffer_size_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description=f"Bytes read per request (Feldera's buffer_size_bytes); unset: "
+        f"{READ_CHUNK >> 20} MiB.",
+    )
     min_file_age: float = Field(
         default=5.0,
         ge=0,
