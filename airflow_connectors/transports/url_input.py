@@ -1,22 +1,78 @@
-"""``url_input``: one HTTP(S) GET. Resumes from a byte offset with a Range request; the
-input ends once the whole body is committed."""
+"""``url_input``: the body of one HTTP(S) URL, read once; the input ends once the whole
+body is committed.
+
+Line formats (JSON lines, CSV) read a body in ranges of ``range_bytes``: each discovery
+plans the next range after the committed offset and the batch requests it with
+``Range: bytes=<offset>-<end>``. A read killed or cut off mid-body loses only its own
+uncommitted range; the next run re-reads that range from the committed offset, which is
+always the start of a record (the format commits whole records only). Other formats
+(Parquet, JSON arrays) read the whole body in one batch and start over when interrupted.
+
+Never silently wrong data. Discovery asks the server (HEAD) for the body's length, ETag and
+Last-Modified and plans them with the range; a response whose validators differ (the body
+changed), whose ``Content-Range`` does not start at the requested offset, or that ends
+before its range does fails the batch naming the URL. A server that ignores ``Range``
+(200 with the whole body) is read from the start and the bytes before the offset dropped.
+Bodies are requested with ``Accept-Encoding: identity``: offsets count the bytes the
+server stores, which is what ``Range`` addresses.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
 from airflow_connectors.spec.redact import mask_url
-from airflow_connectors.transports.base import Cursor, Limits, StrictConfig, Transport, WorkItem
+from airflow_connectors.transports.base import (
+    Cursor,
+    KeyOffset,
+    Limits,
+    StrictConfig,
+    Transport,
+    WorkItem,
+)
+
+if TYPE_CHECKING:
+    import httpx
+
+#: What a batch reads of a body when the connector sets no ``range_bytes``.
+DEFAULT_RANGE_BYTES = 64 << 20
+
+#: Validators planned with a range, as ``WorkItem.meta`` keys -> their response header.
+_VALIDATORS = {"etag": "etag", "last_modified": "last-modified"}
 
 
 class UrlInputConfig(StrictConfig):
-    path: str = Field(min_length=1)
-    #: Seconds to wait for the server (connect and each read).
-    timeout: float = Field(default=30.0, gt=0)
-    #: Accepted for Feldera compatibility: a batch reads to the end, it never pauses.
-    pause_timeout: int = 60
+    path: str = Field(
+        min_length=1,
+        description="The http:// or https:// URL whose body is read (GET). A user and "
+        "password in it (https://user:password@host/...) are sent as basic auth and "
+        "masked in logs, errors and the REST API.",
+    )
+    timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds to wait for the server: to connect, and for each read of the "
+        "body. A server that does not answer in time fails the batch, which the next run "
+        "retries.",
+    )
+    range_bytes: int = Field(
+        default=DEFAULT_RANGE_BYTES,
+        gt=0,
+        description="Line formats (JSON lines, CSV): bytes of the body one batch reads with "
+        "one Range request; each discovery plans the next range after the committed "
+        "offset, so an interrupted read loses at most this much and the next run resumes "
+        "at the committed offset. A record longer than this is read whole by a larger "
+        "range. Other formats read the whole body in one batch.",
+    )
+    pause_timeout: int = Field(
+        default=60,
+        description="Accepted for Feldera compatibility and ignored: a batch reads its "
+        "range to the end, it never pauses.",
+    )
 
     @field_validator("path")
     @classmethod
@@ -26,11 +82,23 @@ class UrlInputConfig(StrictConfig):
         return v
 
 
+@dataclass(frozen=True)
+class _Head:
+    """What the server says of the body before it is read."""
+
+    size: int | None  # None: not told (no Content-Length, or an encoded body)
+    validators: Mapping[str, Any] = field(default_factory=dict)
+    ranges: bool = True  # False: the server says ``Accept-Ranges: none``
+
+
+class BodyChanged(OSError):
+    """The body is not the one the committed offset or the planned range refers to."""
+
+
 class UrlInputTransport(Transport):
     name = "url_input"
     Config = UrlInputConfig
     config: UrlInputConfig
-    description = "one HTTP(S) GET"
 
     def discover(self, cursor: Cursor, limits: Limits) -> Iterator[WorkItem]:
         key = self.config.path
@@ -38,7 +106,91 @@ class UrlInputTransport(Transport):
         if key in cursor.in_flight or (done is not None and done.completed):
             return
         start = done.offset if done else 0
-        yield WorkItem(key=key, start=start, records_done=done.records if done else 0, final=True)
+        records_done = done.records if done else 0
+        head = self._head()
+        if head is None or head.size is None:
+            # Length unknown (no HEAD, no Content-Length, or unreachable right now: the
+            # batch's GET then says why and is retried): the rest of the body, one batch.
+            yield WorkItem(
+                key=key,
+                start=start,
+                records_done=records_done,
+                final=True,
+                meta=dict(head.validators) if head else {},
+            )
+            return
+        size = head.size
+        if done is not None:
+            self._check_unchanged(done, head)
+        end = size
+        if limits.appendable and head.ranges:
+            seen = int(done.meta.get("seen", 0)) if done else 0
+            end = min(size, start + self.config.range_bytes)
+            if end <= seen:
+                # The last range ended inside one record: read past it this time.
+                end = min(size, seen + self.config.range_bytes)
+        yield WorkItem(
+            key=key,
+            start=start,
+            end=end,
+            size=size,
+            records_done=records_done,
+            final=end == size,
+            meta=dict(head.validators),
+        )
+
+    def exhausted(self, cursor: Cursor) -> bool | None:
+        # Decided from the offsets alone: finalize then asks the server nothing.
+        done = cursor.get(self.config.path)
+        return done is not None and done.completed
+
+    def _head(self) -> _Head | None:
+        import httpx
+
+        try:
+            with httpx.Client(timeout=self.config.timeout, follow_redirects=False) as client:
+                resp = client.head(self.config.path, headers={"Accept-Encoding": "identity"})
+        except httpx.HTTPError:
+            return None
+        if not 200 <= resp.status_code < 300:
+            return None  # HEAD not allowed (405, 501): plan without a length
+        length = resp.headers.get("content-length", "")
+        size = int(length) if length.isdigit() and not _encoded(resp) else None
+        validators: dict[str, Any] = {
+            name: resp.headers[header]
+            for name, header in _VALIDATORS.items()
+            if header in resp.headers
+        }
+        if size is not None:
+            validators["length"] = size
+        return _Head(size, validators, resp.headers.get("accept-ranges", "").lower() != "none")
+
+    def _check_unchanged(self, done: KeyOffset, head: _Head) -> None:
+        """The body is still the one whose first ``done.offset`` bytes were committed."""
+        assert head.size is not None
+        read = max(done.offset, int(done.meta.get("seen", 0)))
+        if head.size < read:
+            raise self._changed(
+                f"it is {head.size} bytes long now, and {read} bytes of it were read before",
+                committed=done.offset,
+            )
+        # The validators a committed range was planned with, when the engine keeps them
+        # with the offset.
+        for name, now in head.validators.items():
+            before = done.meta.get(name)
+            if before is not None and before != now:
+                raise self._changed(
+                    f"{_label(name)} was {before!r} when its first bytes were planned, now {now!r}",
+                    committed=done.offset,
+                )
+
+    def _changed(self, what: str, committed: int) -> BodyChanged:
+        return BodyChanged(
+            f"url_input: {mask_url(self.config.path)} changed after {committed} bytes of it "
+            f"were committed ({what}); the rest is not read, so rows of two versions never "
+            "mix. To read the new body from the start, stop the connector, reset its offsets "
+            "and resume it"
+        )
 
     def read(self, item: WorkItem) -> Iterator[bytes]:
         import httpx
@@ -64,38 +216,110 @@ class UrlInputTransport(Transport):
     def _get(self, item: WorkItem) -> Iterator[bytes]:
         import httpx
 
-        headers = {"Range": f"bytes={item.start}-"} if item.start else {}
+        if item.end is not None and item.start >= item.end:
+            return  # an empty body, or an empty rest
+        url = mask_url(item.key)
+        want = None if item.end is None else item.end - item.start
+        whole = item.start == 0 and (item.end is None or item.end == item.size)
+        headers = {"Accept-Encoding": "identity"}
+        if not whole:
+            last = "" if item.end is None else str(item.end - 1)
+            headers["Range"] = f"bytes={item.start}-{last}"
         with (
             httpx.Client(timeout=self.config.timeout, follow_redirects=False) as client,
             client.stream("GET", item.key, headers=headers) as resp,
         ):
-            if resp.status_code == 416:  # nothing left past the offset
-                return
+            if resp.status_code == 416:
+                if item.size is not None and item.start < item.size:
+                    raise self._changed_since_planned(
+                        item, f"the server has no byte {item.start} any more (HTTP 416)"
+                    )
+                return  # nothing left past the offset
             if not 200 <= resp.status_code < 300:
                 raise OSError(
-                    f"url_input: GET {mask_url(item.key)} answered HTTP {resp.status_code}; expected 2xx"
+                    f"url_input: GET {url} answered HTTP {resp.status_code}; expected 2xx"
                 )
+            if _encoded(resp) and not (whole and item.end is None):
+                raise OSError(
+                    f"url_input: GET {url} answered a {resp.headers['content-encoding']}-encoded "
+                    "body although identity was asked for; byte ranges of it cannot be read. "
+                    "Serve the body without Content-Encoding"
+                )
+            self._check_planned(item, resp)
             skip = 0
-            if item.start:
-                if resp.status_code == 206:
-                    first = _range_start(resp.headers.get("content-range", ""))
-                    if first > item.start:
-                        raise OSError(
-                            f"url_input: GET {mask_url(item.key)} returned bytes from {first}, past the requested offset {item.start}"
-                        )
-                    skip = item.start - first
-                else:  # 200: the server ignored Range; drop what was already read
-                    skip = item.start
-            for chunk in resp.iter_bytes(1 << 20):
+            if resp.status_code == 206:
+                first, total = _content_range(resp.headers.get("content-range", ""))
+                if first != item.start:
+                    raise OSError(
+                        f"url_input: GET {url} with Range {headers.get('Range', '(none)')} "
+                        f"answered Content-Range {resp.headers.get('content-range', '(none)')!r}, "
+                        f"which does not start at the requested offset {item.start}; nothing of "
+                        "it was used. The server's range support is broken: fix it or serve the "
+                        "body without range support"
+                    )
+                planned = item.meta.get("length")
+                if planned is not None and total is not None and total != planned:
+                    raise self._changed_since_planned(
+                        item, f"Content-Length was {planned}, Content-Range now says {total}"
+                    )
+            elif item.start:
+                skip = item.start  # 200: the server ignored Range; drop what was read
+            got = 0
+            for data in resp.iter_bytes(1 << 20):
+                chunk = data
                 if skip:
                     cut = min(skip, len(chunk))
                     chunk = chunk[cut:]
                     skip -= cut
+                if want is not None:
+                    chunk = chunk[: want - got]
                 if chunk:
+                    got += len(chunk)
                     yield chunk
+                if want is not None and got >= want:
+                    return  # the rest belongs to later ranges
+            if want is not None and got < want:
+                raise OSError(
+                    f"url_input: GET {url} ended after {got} of the {want} bytes from offset "
+                    f"{item.start}; expected the whole range"
+                )
+
+    def _check_planned(self, item: WorkItem, resp: httpx.Response) -> None:
+        """The response is of the body this range was planned on."""
+        for name, header in _VALIDATORS.items():
+            planned, now = item.meta.get(name), resp.headers.get(header)
+            if planned is not None and now is not None and planned != now:
+                raise self._changed_since_planned(
+                    item, f"{_label(name)} was {planned!r}, now {now!r}"
+                )
+        planned = item.meta.get("length")
+        length = resp.headers.get("content-length", "")
+        if (
+            resp.status_code == 200
+            and planned is not None
+            and length.isdigit()
+            and int(length) != planned
+        ):
+            raise self._changed_since_planned(item, f"Content-Length was {planned}, now {length}")
+
+    def _changed_since_planned(self, item: WorkItem, what: str) -> BodyChanged:
+        return BodyChanged(
+            f"url_input: {mask_url(item.key)} changed since bytes {item.start}- of it were "
+            f"planned ({what}); nothing of it was used, so rows of two versions never mix. "
+            "To read the new body from the start, stop the connector, reset its offsets and "
+            "resume it"
+        )
 
     def describe(self) -> str:
         return f"url_input: {mask_url(self.config.path)}"
+
+
+def _encoded(resp: httpx.Response) -> bool:
+    return resp.headers.get("content-encoding", "identity").strip().lower() not in ("", "identity")
+
+
+def _label(name: str) -> str:
+    return {"etag": "ETag", "last_modified": "Last-Modified", "length": "Content-Length"}[name]
 
 
 def _reason(e: Exception) -> str:
@@ -103,9 +327,12 @@ def _reason(e: Exception) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
-def _range_start(content_range: str) -> int:
-    # "bytes 100-199/200"
+def _content_range(value: str) -> tuple[int | None, int | None]:
+    """First byte and total length of ``bytes 100-199/200`` (None where absent)."""
     try:
-        return int(content_range.split()[1].split("-")[0])
-    except (IndexError, ValueError):
-        return 0
+        unit, spec = value.split()
+        span, _, total = spec.partition("/")
+        first = int(span.split("-")[0]) if unit.lower() == "bytes" else None
+    except ValueError:
+        return None, None
+    return first, int(total) if total.isdigit() else None
