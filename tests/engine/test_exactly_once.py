@@ -8,9 +8,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ from helpers import checksum, pipeline, read_table
 from airflow_connectors.engine.batch import run_batch
 from airflow_connectors.engine.discovery import context, discover
 from airflow_connectors.state.store import ConnectorRef, StateStore
+from airflow_connectors.testing.jobs import finish, kill, start_job, wait_for
 
 FILES = 8
 #: Rows per file: small where a fail point decides the moment, large enough for the
@@ -81,56 +79,6 @@ def plan_batches(store_url: str, source: Path, warehouse: str) -> tuple[Any, lis
         store.close()
     assert len(found.batch_ids) == 2 and found.new_items == FILES
     return ctx, found.batch_ids
-
-
-def start_job(
-    batch_ids: list[int], store_url: str, failpoint_dir: Path, hang_at: str = ""
-) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "AIRFLOW_CONNECTORS_FAILPOINT_DIR": str(failpoint_dir),
-        "AIRFLOW_CONNECTORS_FAILPOINTS": hang_at,
-        "PYSPARK_PYTHON": sys.executable,
-    }
-    args = [sys.executable, "-m", "airflow_connectors.engine.job"]
-    for b in batch_ids:
-        args += ["--batch-id", str(b)]
-    args += ["--state-store-url", store_url, "--spark-master", "local[2]"]
-    # A session of its own, so the kill reaches the JVM and the Python workers too.
-    return subprocess.Popen(
-        args, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-
-
-def wait_for(marker: Path, proc: subprocess.Popen[bytes], timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not marker.exists():
-        if proc.poll() is not None:
-            out = proc.stdout.read().decode() if proc.stdout else ""
-            pytest.fail(f"job exited ({proc.returncode}) before {marker.name}:\n{out[-3000:]}")
-        if time.monotonic() > deadline:
-            kill(proc)
-            pytest.fail(f"job did not reach {marker.name} in {timeout} s")
-        time.sleep(0.05)
-
-
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # until the JVM and workers are gone too
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    pytest.fail("processes of the killed job survived SIGKILL")
-
-
-def finish(batch_ids: list[int], store_url: str, failpoint_dir: Path) -> None:
-    proc = start_job(batch_ids, store_url, failpoint_dir)
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out.decode()[-3000:]
 
 
 def batch_states(store_url: str, ref: ConnectorRef) -> dict[str, int]:
