@@ -184,6 +184,7 @@ def check_text(head: bytes, fmt: str, *, complete: bool) -> None:
     import codecs
 
     what = next((name for magic, name in _MAGIC if head.startswith(magic)), None)
+    hint = ""
     if what is None and b"\0" in head:
         try:
             codecs.getincrementaldecoder("utf-8")().decode(head, final=complete)
@@ -191,10 +192,11 @@ def check_text(head: bytes, fmt: str, *, complete: bool) -> None:
         except UnicodeDecodeError:
             utf8 = False
         if not utf8 or head.count(b"\0") * 100 > len(head):
-            hint = "; set format parquet" if head.startswith(b"PAR1") else ""
-            what = f"binary data (NUL bytes in its first {len(head)} bytes){hint}"
+            what = f"binary data (NUL bytes in its first {len(head)} bytes)"
+            if head.startswith(b"PAR1"):
+                hint = " (it starts like a Parquet file: format parquet?)"
     if what is not None:
-        raise NotText(f"not UTF-8 text but {what}; the {fmt} format reads UTF-8 text")
+        raise NotText(f"not UTF-8 text but {what}; the {fmt} format reads UTF-8 text{hint}")
 
 
 def text_start(
