@@ -1,5 +1,11 @@
 """Test kits for this package and for third-party plugins; only tests import them.
 
+- :mod:`.conformance`: the transport conformance suite. A transport (built in, or a third
+  party's registered by entry point) runs it by subclassing
+  :class:`~airflow_connectors.testing.conformance.TransportConformance` and giving a
+  ``source`` fixture; see that module.
+- :mod:`.jobs`: the ingest job as its own process, SIGKILLed at a named fail point (the
+  crash checks of the exactly-once protocol).
 - :mod:`.standalone`: embedded ``airflow standalone`` for the quickstart and the
   end-to-end tests.
 
