@@ -155,7 +155,9 @@ class UrlInputTransport(Transport):
         if not 200 <= resp.status_code < 300:
             return None  # HEAD not allowed (405, 501): plan without a length
         length = resp.headers.get("content-length", "")
-        size = int(length) if length.isdigit() and not _encoded(resp) else None
+        # A HEAD that says 0 may be a server that does not compute lengths for HEAD: a
+        # plain GET tells, rather than finishing the input without reading it.
+        size = int(length) if length.isdigit() and int(length) and not _encoded(resp) else None
         validators: dict[str, Any] = {
             name: resp.headers[header]
             for name, header in _VALIDATORS.items()

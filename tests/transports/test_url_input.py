@@ -583,6 +583,11 @@ def test_discovery_plans_ranges_for_line_formats_only(served: dict[str, Server])
     done = Cursor({t.config.path: KeyOffset(len(BODY), ROWS, True)})
     assert list(t.discover(done, Limits(appendable=True))) == []
     assert t.exhausted(done) is True and len(src.requests) == asked
+    # A HEAD that says 0 bytes is not trusted to end the input unread: one plain GET.
+    src.body = b""
+    [empty] = t.discover(Cursor(), Limits(appendable=True))
+    assert (empty.start, empty.end, empty.final) == (0, None, True)
+    assert b"".join(t.read(empty)) == b"" and src.gets()[-1]["range"] is None
 
 
 def test_server_without_head_gets_one_plain_get(http_server: Any) -> None:
