@@ -318,7 +318,13 @@ def _ingest_item(
         bytes=nbytes,
         completed=completed,
         records_done=item.records_done,
-        meta={"seen": item.end} if item.end is not None and offset < item.end else None,
+        # What the item was planned with (e.g. an HTTP body's ETag and length) stays with
+        # the offset, so the next discovery can tell a changed source from more of it.
+        meta={
+            **item.meta,
+            **({"seen": item.end} if item.end is not None and offset < item.end else {}),
+        }
+        or None,
     )
     return ItemOutcome(receipt, reported)
 

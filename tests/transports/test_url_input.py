@@ -537,12 +537,6 @@ def test_validators_kept_with_the_offset_are_checked_at_discovery(
         list(t.discover(cursor, Limits(appendable=True)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the engine keeps only {'seen'} of a range with its offset (engine/reader.py "
-    "builds ItemReceipt.meta); discovery of the next range cannot compare the validators "
-    "the committed range was planned with until the reader keeps WorkItem.meta there too",
-)
 def test_body_changed_between_ranges_is_an_error(
     spark: Any, sqlite_url: str, tmp_path: Path, served: dict[str, Server]
 ) -> None:
