@@ -1,17 +1,21 @@
-"""The README's main command, end to end: scripts/quickstart.sh sets up, runs the example
-pipeline through a real Airflow scheduler and local Spark, prints the results, exits 0,
-three times in a row (the second and third keep the first's data and ingest nothing
-again). With ``--keep-running`` it moves off a busy port, and SIGTERM stops Airflow and
-everything it started."""
+"""The README's main command, end to end, in a copy of the repository as a fresh clone
+has it (tracked and new files; no .venv, no .airflow): scripts/quickstart.sh sets up,
+runs the example pipeline through a real Airflow scheduler and local Spark, prints the
+results, exits 0, three times in a row (the second and third keep the first's data and
+ingest nothing again). With ``--keep-running`` it moves off a busy port, and SIGTERM
+stops Airflow and everything it started."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from airflow_connectors.testing.standalone import port_free, processes_of
 
@@ -25,19 +29,38 @@ EXPECTED = (
 )
 
 
-def quickstart_env(home: Path) -> dict[str, str]:
-    env = {**os.environ, "AIRFLOW_CONNECTORS_QUICKSTART_HOME": str(home)}
-    for key in ("AIRFLOW_HOME", "AIRFLOW__CORE__DAGS_FOLDER"):
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The repository's files as a clone of this working tree would have them."""
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    dest = tmp_path_factory.mktemp("clone") / "airflow-connectors"
+    for name in filter(None, (f.decode() for f in files)):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    assert not (dest / ".venv").exists() and not (dest / ".airflow").exists()
+    return dest
+
+
+def quickstart_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for key in ("AIRFLOW_HOME", "AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW_CONNECTORS_QUICKSTART_HOME"):
         env.pop(key, None)
     return env
 
 
-def test_main_command_passes_three_times_in_a_row(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+def test_main_command_passes_three_times_in_a_row(clone: Path) -> None:
+    home = clone / ".airflow"
     for attempt in range(1, 4):
         proc = subprocess.run(
-            ["bash", str(ROOT / "scripts" / "quickstart.sh")],
-            env=quickstart_env(home),
+            ["bash", "scripts/quickstart.sh"],  # the README's main command, as written
+            cwd=clone,
+            env=quickstart_env(),
             capture_output=True,
             text=True,
             timeout=900,
@@ -51,24 +74,18 @@ def test_main_command_passes_three_times_in_a_row(tmp_path: Path) -> None:
         assert not processes_of(home.resolve()), f"run {attempt} left Airflow processes"
 
 
-def test_keep_running_moves_off_a_busy_port_and_stops_on_sigterm(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
+def test_keep_running_moves_off_a_busy_port_and_stops_on_sigterm(clone: Path) -> None:
+    home = clone / ".airflow"
+    home.mkdir(exist_ok=True)
     (home / "old-marker").write_text("from an earlier run")
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         taken = busy.getsockname()[1]
         proc = subprocess.Popen(
-            [
-                "bash",
-                str(ROOT / "scripts" / "quickstart.sh"),
-                "--keep-running",
-                "--fresh",
-                "--port",
-                str(taken),
-            ],
-            env=quickstart_env(home),
+            ["bash", "scripts/quickstart.sh", "--keep-running", "--fresh", "--port", str(taken)],
+            cwd=clone,
+            env=quickstart_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
