@@ -319,6 +319,9 @@ def json_invalid_utf8(k: Kind) -> None:
     for raw in (b'"caf\xe9"', b'"x\x80y"', b'"\xc3\x28"'):  # Latin-1, a lone byte, a broken pair
         f.bad(json_line(row(k.next_id()), name="@").replace(b"@", raw))
         f.good()
+    # A raw NUL (JSON text must escape it) is the record's matter, not the object's.
+    f.bad(json_line(row(k.next_id()), name="@").replace(b"@", b'"a\x00b"'))
+    f.good()
 
 
 def csv_invalid_utf8(k: Kind) -> None:
@@ -419,6 +422,9 @@ def csv_unbalanced_quotes(k: Kind) -> None:
     r = row(k.next_id())
     f.bad(csv_line(r, name='"never closed'))  # the rest of the line is one dead letter
     k.goods(f, 2)
+    f.bad(csv_line(row(k.next_id()), name='"closed" then text'))  # pyarrow: closed then text
+    f.good(row(k.next_id(), name='a,"b'))  # "a,""b": a doubled quote after a comma
+    f.good(row(k.next_id(), name='"quoted", and "\n" over lines'))
     f.bad(csv_line(row(k.next_id()), name='"open at the end'), eol=False)
 
 
@@ -486,9 +492,14 @@ def csv_wrong_types(k: Kind) -> None:
         ("score", "NaN"),
         ("score", "inf"),
         ("score", "1e400"),
+        ("qty", "0x10"),  # pyarrow alone reads hex into integer columns
+        ("id", "0X1F"),
     ):
         f.bad(csv_line(row(k.next_id()), **{column: value}))
         f.good()
+    f.good(row(k.next_id(), name="0x10"))  # hex in text is text
+    r = row(k.next_id()) | {"qty": 5}
+    f.good(r, csv_line(r, qty=" 5 "))  # blanks around a number, as pyarrow allows
 
 
 def parquet_corrupt(k: Kind) -> None:

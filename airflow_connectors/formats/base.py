@@ -178,20 +178,22 @@ _MAGIC = (
 
 def check_text(head: bytes, fmt: str, *, complete: bool) -> None:
     """Raise :class:`NotText` when ``head``, the first bytes of an object, is not UTF-8
-    text: a compression or UTF-16 signature, or NUL bytes (more than 1% of the head, or
-    any beside bytes that are not UTF-8). A stray NUL or invalid byte in otherwise valid
-    text stays a matter of its record. ``complete``: ``head`` is the whole object."""
+    text: a compression or UTF-16 signature, NUL bytes beside bytes that are not UTF-8
+    (binary data), or NUL bytes in more than a quarter of it (UTF-16 without a byte
+    order mark). A stray NUL or invalid byte in otherwise valid text stays a matter of
+    its record. ``complete``: ``head`` is the whole object."""
     import codecs
 
     what = next((name for magic, name in _MAGIC if head.startswith(magic)), None)
     hint = ""
-    if what is None and b"\0" in head:
+    nuls = head.count(b"\0")
+    if what is None and nuls > 1:
         try:
             codecs.getincrementaldecoder("utf-8")().decode(head, final=complete)
             utf8 = True
         except UnicodeDecodeError:
             utf8 = False
-        if not utf8 or head.count(b"\0") * 100 > len(head):
+        if not utf8 or (nuls >= 8 and nuls * 4 > len(head)):
             what = f"binary data (NUL bytes in its first {len(head)} bytes)"
             if head.startswith(b"PAR1"):
                 hint = " (it starts like a Parquet file: format parquet?)"

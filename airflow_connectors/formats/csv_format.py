@@ -122,6 +122,26 @@ class _Syntax:
         self.field = _compile(fld, parts)
         self.record = _compile(f"{fld}(?:<d>{fld})*+", parts)
 
+    def quotes_in_place(self, block: bytes) -> bool:
+        """Whether every quote of ``block`` (which starts at a record start) is where a
+        well-formed quoted field puts it: a quote that opens one (odd-numbered) follows a
+        delimiter, a line end, another quote or the block's start, and one that closes
+        it (even-numbered) is followed by a delimiter, a line end, another quote (a
+        doubled quote) or the block's end. Otherwise a quote is stray, or a quoted field
+        has text after its closing quote, which pyarrow keeps without the quotes: then
+        the records must be split. Vectorised: one pass over the bytes."""
+        import numpy as np
+
+        data = np.frombuffer(block, np.uint8)
+        quotes = np.flatnonzero(data == self.quote[0])
+        if not len(quotes):
+            return True
+        fine = np.frombuffer(self.delimiter + self.quote + b"\r\n", np.uint8)
+        opening, closing = quotes[0::2], quotes[1::2]
+        before = data[opening[opening > 0] - 1]
+        after = data[closing[closing < len(data) - 1] + 1]
+        return bool(np.isin(before, fine).all() and np.isin(after, fine).all())
+
     def cut(self, buf: bytes, *, end_of_object: bool) -> tuple[int, bool]:
         """How much of ``buf`` to decode now (up to the last record boundary), and
         whether that part may hold a stray quote, which pyarrow would read across lines
@@ -132,7 +152,7 @@ class _Syntax:
         stray = False
         for m in self.quoted.finditer(buf):
             spans.append((m.start(), m.end()))
-            if m["nl"] and m["close"] and not self._closes_field(buf, m.end()):
+            if m["close"] and not self._closes_field(buf, m.end()):
                 stray = True
         if spans and not m["close"]:  # only the last one can be open (it ends at \Z)
             opened = spans[-1][0]
@@ -185,11 +205,20 @@ class _Syntax:
                 line += 1
                 pos = after
                 continue
+            elif self.quote in block[pos:end] and self._text_after(block[pos:end]):
+                records.append(_Record(pos, end, line, _TEXT_AFTER_QUOTE))
             else:
                 records.append(_Record(pos, end, line))
             line += inner + (1 if after > end else 0)
             pos = after
         return records
+
+    def _text_after(self, record: bytes) -> bool:
+        """Whether a quoted field of a one-line record has text after its closing quote."""
+        return any(
+            m["close"] and not self._closes_field(record, m.end())
+            for m in self.quoted.finditer(record)
+        )
 
     def _stray(self, record: bytes) -> str | None:
         """Why a record whose quoted value spans lines looks like a stray quote (a genuine
@@ -230,11 +259,37 @@ _UNTERMINATED = (
     "unterminated quote: the quoted value opened on this line is never closed; the "
     "record ends at the end of this line and reading resumes on the next line"
 )
+_TEXT_AFTER_QUOTE = (
+    "text after a closing quote: a quoted field must end at its closing quote (write a "
+    "quote inside a quoted field as two quotes)"
+)
 _UNBALANCED = (
     "unbalanced quote: a quoted value runs over {lines} more line(s) and {why}, so the "
     "quote is taken as stray; the record ends at the end of its first line and reading "
     "resumes on the next line"
 )
+
+
+_HEX = re.compile(rb"0[xX]")
+
+
+def _decimal_integers(text: pa.ChunkedArray, column: int, to: pa.DataType) -> pa.ChunkedArray:
+    """Integer fields read as text: decimal digits (blanks around them allowed, as
+    pyarrow allows), cast to ``to``; anything else fails as pyarrow's reader would."""
+    import pyarrow.compute as pc
+
+    trimmed = pc.utf8_trim_whitespace(text)
+    digits = pc.match_substring_regex(trimmed, r"^-?[0-9]+$")
+    bad = pc.filter(text, pc.invert(pc.fill_null(digits, True)))
+    if len(bad):
+        raise ValueError(f"In CSV column #{column}: invalid value '{bad[0].as_py()}'")
+    try:
+        return pc.cast(trimmed, to)
+    except Exception as e:  # out of the type's range
+        value = re.search(r"'(.*?)'", str(e))
+        raise ValueError(
+            f"In CSV column #{column}: invalid value '{value.group(1) if value else e}'"
+        ) from e
 
 
 def _compile(template: str, parts: dict[str, bytes]) -> re.Pattern[bytes]:
@@ -317,6 +372,8 @@ class CsvFormat(Format):
     def _fast(self, body: bytes) -> Decoded | None:
         import pyarrow.compute as pc
 
+        if self.syntax.quote in body and not self.syntax.quotes_in_place(body):
+            return None
         try:
             table = self._read(body)
         except Exception:
@@ -393,6 +450,14 @@ class CsvFormat(Format):
 
         if not data.strip(b"\r\n"):
             return self.schema.empty_table()
+        # pyarrow reads "0x10" into an integer column as 16: where a block may hold hex,
+        # integer columns are read as text and must be decimal digits.
+        hex_ok = _HEX.search(data) is None
+        as_text = [
+            c.name
+            for c in self.table.columns
+            if c.type.kind in _TEXT_PARSED or (c.type.is_integer and not hex_ok)
+        ]
         raw = pcsv.read_csv(
             pa.BufferReader(data),
             read_options=pcsv.ReadOptions(
@@ -407,7 +472,7 @@ class CsvFormat(Format):
             ),
             convert_options=pcsv.ConvertOptions(
                 column_types={
-                    c.name: pa.string() if c.type.kind in _TEXT_PARSED else f.type
+                    c.name: pa.string() if c.name in as_text else f.type
                     for c, f in zip(self.table.columns, self.schema, strict=True)
                 },
                 null_values=_NULLS,
@@ -416,12 +481,12 @@ class CsvFormat(Format):
                 strings_can_be_null=False,
             ),
         )
-        for c in self.table.columns:
-            if c.type.kind in _TEXT_PARSED:  # NULL spellings, as pyarrow does for typed columns
-                i = raw.schema.get_field_index(c.name)
+        for i, (c, f) in enumerate(zip(self.table.columns, self.schema, strict=True)):
+            if c.name in as_text:  # NULL spellings, as pyarrow does for typed columns
                 arr = raw.column(i)
                 nulls = pc.is_in(arr, value_set=pa.array(_NULLS))
-                raw = raw.set_column(
-                    i, c.name, pc.if_else(nulls, pa.scalar(None, pa.string()), arr)
-                )
+                arr = pc.if_else(nulls, pa.scalar(None, pa.string()), arr)
+                if c.type.is_integer:
+                    arr = _decimal_integers(arr, i, f.type)
+                raw = raw.set_column(i, c.name, arr)
         return conform(raw, self.table, self.schema)
