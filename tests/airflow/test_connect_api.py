@@ -300,15 +300,49 @@ def test_connector_plugins_describe_and_validate_configs(api: Api) -> None:
     plugins = api("GET", "/connector-plugins").json()
     assert {"class": "file_input", "type": "source", "version": "0.1.0"} in plugins
     assert {"class": "json", "type": "converter", "version": "0.1.0"} in plugins
+    assert {"class": "parquet", "type": "sink", "version": "0.1.0"} in plugins
     definition = {d["name"]: d for d in api("GET", "/connector-plugins/file_input/config").json()}
-    assert definition["path"]["required"] is True and definition["path"]["type"] == "STRING"
-    assert definition["follow"] == {
+    path = definition["path"]
+    assert path["required"] is True and path["type"] == "STRING"
+    assert path["default_value"] is None
+    assert path["documentation"].startswith(
+        "What to read: a file, a directory (every file below it, skipping names that "
+        "start with '.' or '_') or a glob ('**' recurses). Absolute, or relative to the "
+        "spec file's folder"
+    )
+    follow = definition["follow"]
+    assert {k: v for k, v in follow.items() if k != "documentation"} == {
         "name": "follow",
         "type": "BOOLEAN",
         "required": False,
         "default_value": False,
-        "documentation": definition["follow"]["documentation"],
     }
+    assert "false: read the files that match now, and end the input" in follow["documentation"]
+    assert "true: also read lines appended to files already read" in follow["documentation"]
+    assert definition["min_file_age"]["default_value"] == 5.0
+    assert definition["min_file_age"]["documentation"].startswith("Seconds a file must")
+    csv = {d["name"]: d for d in api("GET", "/connector-plugins/csv/config").json()}
+    assert csv["delimiter"]["default_value"] == ","
+    assert csv["delimiter"]["documentation"].startswith("The one character between fields")
+    datagen = {d["name"]: d for d in api("GET", "/connector-plugins/datagen/config").json()}
+    assert datagen["plan"]["type"] == "LIST" and datagen["plan"]["default_value"] == [
+        {"rate": None, "limit": None, "worker_chunk_size": None, "fields": {}}
+    ]
+    # Two plugins named parquet: the format (no settings) and the sink, picked by type.
+    assert api("GET", "/connector-plugins/parquet/config").json() == []
+    sink = api("GET", "/connector-plugins/parquet/config", params={"type": "sink"}).json()
+    assert [d["name"] for d in sink] == ["path", "compression"]
+    # Every field of every plugin says what it is.
+    undocumented = [
+        f"{p['class']} ({p['type']}): {d['name']}"
+        for p in plugins
+        for d in api(
+            "GET", f"/connector-plugins/{p['class']}/config", params={"type": p["type"]}
+        ).json()
+        if not d["documentation"].strip()
+    ]
+    assert undocumented == []
+    assert api("GET", "/connector-plugins/json/config", params={"type": "sink"}).status_code == 404
     result = api(
         "PUT",
         "/connector-plugins/file_input/config/validate",

@@ -49,6 +49,9 @@ class ApiError(Exception):
         self.message = message
 
 
+PluginType = Literal["source", "converter", "sink"]
+
+
 class OffsetEntry(BaseModel):
     key: str
     offset: int | None = None
@@ -288,13 +291,18 @@ def create_app() -> FastAPI:
             for name in registry.names()
         ]
 
+    # ``type`` picks one of two plugins of one name (the parquet format and sink).
     @app.get("/connector-plugins/{plugin}/config")
-    def plugin_config(plugin: str) -> list[dict[str, Any]]:
-        return [d for d in _definitions(_plugin(plugin))]
+    def plugin_config(plugin: str, type: PluginType | None = None) -> list[dict[str, Any]]:
+        return _definitions(_plugin(plugin, type))
 
     @app.put("/connector-plugins/{plugin}/config/validate")
-    def validate_config(plugin: str, config: dict[str, Any] = Body(...)) -> dict[str, Any]:  # noqa: B008
-        return _validate(plugin, _plugin(plugin), config)
+    def validate_config(
+        plugin: str,
+        config: dict[str, Any] = Body(...),  # noqa: B008
+        type: PluginType | None = None,
+    ) -> dict[str, Any]:
+        return _validate(plugin, _plugin(plugin, type), config)
 
     # --- Feldera shape ----------------------------------------------------------------
 
@@ -492,42 +500,46 @@ def _registries() -> list[tuple[str, Any]]:
     return [("source", TRANSPORTS), ("converter", FORMATS), ("sink", SINKS)]
 
 
-def _plugin(name: str) -> type[BaseModel]:
-    for _, registry in _registries():
-        if name in registry:
+def _plugin(name: str, kind: str | None = None) -> type[BaseModel]:
+    """The config model of plugin ``name``; of the given type (``source``, ``converter``,
+    ``sink``) when given, else of the first type that has one of that name."""
+    for k, registry in _registries():
+        if name in registry and kind in (None, k):
             return registry.get(name).Config
-    known = ", ".join(n for _, r in _registries() for n in r.names())
+    known = ", ".join(f"{n} ({k})" for k, r in _registries() for n in r.names())
     raise ApiError(404, f"Plugin {name!r} not found; the plugins are: {known}")
 
 
 def _definitions(config: type[BaseModel]) -> list[dict[str, Any]]:
+    """Kafka Connect's ConfigKeyInfo of each field, from the model's JSON schema: its
+    type, whether it is required, its default and its ``Field(description=...)``."""
     schema = config.model_json_schema()
-    props = schema.get("properties", {})
+    required = set(schema.get("required", []))
     out = []
-    for name, field in config.model_fields.items():
-        prop = props.get(name, {})
+    for name, prop in schema.get("properties", {}).items():
         kinds = [prop.get("type")] + [a.get("type") for a in prop.get("anyOf", [])]
         kind = next((k for k in kinds if k and k != "null"), "object")
+        if "default" in prop or name in required:
+            default = prop.get("default")
+        else:  # a default_factory: the schema leaves it out
+            field = config.model_fields[name]
+            default = _jsonable(field.get_default(call_default_factory=True))
         out.append(
             {
                 "name": name,
                 "type": _JSON_TYPES.get(kind, "STRING"),
-                "required": field.is_required(),
-                "default_value": None if field.is_required() else _jsonable(field.get_default()),
-                "documentation": field.description or prop.get("description", ""),
+                "required": name in required,
+                "default_value": default,
+                "documentation": prop.get("description", ""),
             }
         )
     return out
 
 
 def _jsonable(value: Any) -> Any:
-    import json
+    from pydantic_core import to_jsonable_python
 
-    try:
-        json.dumps(value)
-    except TypeError:
-        return str(value)
-    return value
+    return to_jsonable_python(value, fallback=str)
 
 
 def _validate(plugin: str, config: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
