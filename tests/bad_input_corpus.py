@@ -345,6 +345,12 @@ def json_huge_line(k: Kind) -> None:
 def csv_huge_line(k: Kind) -> None:
     f = k.text("a.csv", csv_line)
     f.good()
+    # 13 MiB and a bad record before it, so the quoted 20 MiB value straddles the 32 MiB
+    # block and the block is split into records: its line must not be cut where the
+    # block ends.
+    r = row(k.next_id(), name="a" * (13 << 20))
+    f.good(r, csv_line(r, name=r["name"]))
+    f.bad(b"1,2")
     f.good(row(k.next_id(), name="h" * HUGE))
     f.bad(csv_line(row(k.next_id(), name="b" * HUGE)) + b",extra")  # one column too many
     f.good()

@@ -19,8 +19,9 @@ A stray quote must not swallow the rows after it:
   end of its first line, one dead letter (``unbalanced quote``), and reading resumes on
   the next line. (A stray quote that another quote happens to close exactly like a
   genuine value is read as one, as by every CSV reader.)
-- A quoted value may span at most ``MAX_QUOTED_BYTES`` (1 MiB); an open quote longer
-  than that is taken as unterminated. While a followed file may still grow, a quote
+- A quoted value that spans lines may run at most ``MAX_QUOTED_BYTES`` (1 MiB) past
+  its line; an open quote longer than that is taken as unterminated. (A quoted value
+  on one line is as long as its line: a line of any length is one record.) While a followed file may still grow, a quote
   left open at its end waits for more data (up to that limit) instead of becoming a
   dead letter.
 
@@ -156,8 +157,11 @@ class _Syntax:
                 stray = True
         if spans and not m["close"]:  # only the last one can be open (it ends at \Z)
             opened = spans[-1][0]
-            if end_of_object or len(buf) - opened > MAX_QUOTED_BYTES:
-                return _line_end(buf, opened)[1], True
+            eol, after = _line_end(buf, opened)
+            # Open over more than MAX_QUOTED_BYTES *across lines*: a quoted value on a
+            # line whose end has not come yet is a long line, however long.
+            if end_of_object or (eol < len(buf) and len(buf) - opened > MAX_QUOTED_BYTES):
+                return after, True
             # It may close in bytes still to come: stop before its record.
             return self._boundary_before(buf, opened, spans), stray
         if end_of_object:

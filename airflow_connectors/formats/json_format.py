@@ -370,8 +370,14 @@ def _check_record(record: bytes) -> None:
             b"t": "a boolean",
             b"f": "a boolean",
         }
+        hint = (
+            " (for an object that is one JSON array of records, set format config array: true)"
+            if head == b"["
+            else ""
+        )
         raise RowError(
             f"expected a JSON object per record, got {kind.get(head, 'a number or other value')}"
+            + hint
         )
 
 

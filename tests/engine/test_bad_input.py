@@ -239,3 +239,24 @@ def test_bom_is_consumed_and_binary_is_refused(fmt: str) -> None:
         list(
             f.decode(iter([b"\x1f\x8b\x08\x00" + line]), final=True, first_record=1, at_start=True)
         )
+
+
+def test_a_long_quoted_line_across_blocks_is_one_record() -> None:
+    """A quoted value longer than MAX_QUOTED_BYTES on one line, beginning in one block
+    and ending in the next, is one record (it was cut where the block ended)."""
+    from airflow_connectors.formats.csv_format import MAX_QUOTED_BYTES
+    from airflow_connectors.spec import parse_pipeline
+
+    table = parse_pipeline({"pipeline": "p", "tables": {"t": {"columns": COLUMNS}}}).tables[0]
+    cls = FORMATS.get("csv")
+    f = cls(cls.Config(), table)
+    f.block_bytes = 64 << 10  # type: ignore[attr-defined]
+    rows = [row(i) for i in range(1, 101)]
+    rows[50]["name"] = "q" * (2 * MAX_QUOTED_BYTES)
+    data = b"".join(csv_line(r) + b"\n" for r in rows)
+    chunks = iter([data[i : i + 4096] for i in range(0, len(data), 4096)])
+    out = list(f.decode(chunks, final=True, first_record=1, at_start=True))
+    assert [e for d in out for e in d.errors] == []
+    assert [r for d in out for r in d.table.to_pylist()] == [
+        {c: r[c] for c in COLUMNS} for r in rows
+    ]
