@@ -3,12 +3,16 @@ each class below gives a source of known records, the kit's tests do the rest.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
+import threading
 import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -95,25 +99,101 @@ class TestFileInput(TransportConformance):
         )
 
 
+class _Ranged(BaseHTTPRequestHandler):
+    """One body per path, with HEAD (length, ETag) and single byte ranges, as object
+    stores and most static servers answer."""
+
+    files: ClassVar[dict[str, bytes]] = {}
+
+    def _head(self, status: int, body: bytes, length: int) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(length))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", f'"{hashlib.sha256(body).hexdigest()[:16]}"')
+
+    def do_HEAD(self) -> None:
+        body = self.files.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        self._head(200, body, len(body))
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        body = self.files.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        first, last = 0, len(body) - 1
+        rng = self.headers.get("Range", "")
+        if rng.startswith("bytes="):
+            lo, _, hi = rng[6:].partition("-")
+            first, last = int(lo), min(int(hi) if hi else last, last)
+            if first >= len(body):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(body)}")
+                self.end_headers()
+                return
+        part = body[first : last + 1]
+        self._head(206 if rng else 200, body, len(part))
+        if rng:
+            self.send_header("Content-Range", f"bytes {first}-{last}/{len(body)}")
+        self.end_headers()
+        self.wfile.write(part)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def ranged_server() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Ranged)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def url_source(url: str, **config: Any) -> Source:
+    config = {"path": url, "timeout": 30, **config}
+    return Source(
+        transport="url_input",
+        config=config,
+        columns=COLUMNS,
+        format={"name": "csv", "config": {}},
+        records=rows(range(500), "n,{}"),
+        key_column="id",
+        invalid_configs={
+            "timeout": {**config, "timeout": 0},
+            "range_bytes": {**config, "range_bytes": 0},
+            "path": {"path": "ftp://127.0.0.1/x.csv"},
+        },
+    )
+
+
 class TestUrlInput(TransportConformance):
+    """A server that answers HEAD and ranges: the body (about 9 KB) is read in ranges of
+    4 KB, one per discovery."""
+
+    @pytest.fixture
+    def source(self, ranged_server: ThreadingHTTPServer) -> Source:
+        path = f"/conformance/{uuid.uuid4().hex}.csv"
+        _Ranged.files[path] = csv_lines(range(500)).encode()
+        port = ranged_server.server_address[1]
+        return url_source(f"http://127.0.0.1:{port}{path}", range_bytes=4096)
+
+
+class TestUrlInputWithoutHead(TransportConformance):
+    """A server without HEAD (the body's length is unknown): the rest of the body is one
+    work item, resumed with ``Range: bytes=<offset>-``."""
+
     @pytest.fixture
     def source(self, http_server: Any) -> Source:
-        # http_server (tests/conftest.py) serves on 127.0.0.1 and honours Range requests.
+        # http_server (tests/conftest.py) serves on 127.0.0.1 and honours open ranges.
         path = f"/conformance/{uuid.uuid4().hex}.csv"
         http_server.files[path] = csv_lines(range(500)).encode()
-        config = {"path": http_server.url(path), "timeout": 30}
-        return Source(
-            transport="url_input",
-            config=config,
-            columns=COLUMNS,
-            format={"name": "csv", "config": {}},
-            records=rows(range(500), "n,{}"),
-            key_column="id",
-            invalid_configs={
-                "timeout": {**config, "timeout": 0},
-                "path": {"path": "ftp://127.0.0.1/x.csv"},
-            },
-        )
+        return url_source(http_server.url(path))
 
 
 def test_the_kit_is_not_loaded_by_the_package_nor_by_standalone() -> None:
