@@ -1,4 +1,4 @@
-"""Bad input through the real engine: a corpus of 27 kinds of bad input (see
+"""Bad input through the real engine: a corpus of 26 kinds of bad input (see
 :mod:`bad_input_corpus`), each the files of one file_input connector, all in one
 pipeline and one table beside clean connectors, run once per ``errors.tolerance`` on
 real local Spark.
@@ -12,10 +12,12 @@ real local Spark.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import bad_input_corpus
 import pyarrow as pa
 import pytest
 from bad_input_corpus import BOM, COLUMNS, Kind, corpus, csv_line, json_line, row
@@ -24,21 +26,34 @@ from helpers import pipeline, read_table, run, status
 from airflow_connectors.formats import FORMATS
 from airflow_connectors.formats.base import NotText, clip
 
-KINDS = corpus()
-BAD = [k for k in KINDS if not k.name.startswith("clean_")]
-CLEAN = [k for k in KINDS if k.name.startswith("clean_")]
+NAMES = [*bad_input_corpus.KINDS, *bad_input_corpus.CLEAN]
+
+
+@functools.cache
+def built() -> list[Kind]:
+    """The corpus, built once when a test first needs it (not at collection: it holds
+    about 100 MB)."""
+    return corpus()
+
+
+def bad() -> list[Kind]:
+    return [k for k in built() if k.name in bad_input_corpus.KINDS]
+
+
+def clean() -> list[Kind]:
+    return [k for k in built() if k.name in bad_input_corpus.CLEAN]
 
 
 def test_the_corpus_is_what_the_issue_asks_for() -> None:
-    assert len(BAD) >= 16
-    for k in KINDS:
+    assert len(bad()) >= 16
+    for k in built():
         # Every record and unreadable object written is accounted for exactly once.
         assert len(k.good) + len(k.bad) + len(k.bad_objects) == k.inputs, k.name
         assert len({r["id"] for r in k.good}) == len(k.good), k.name
-    for k in BAD:
+    for k in bad():
         assert k.bad or k.bad_objects, k.name
         assert k.good, f"{k.name}: good records beside the bad ones show nothing is lost"
-    ids = [r["id"] for k in KINDS for r in k.good]
+    ids = [r["id"] for k in built() for r in k.good]
     assert len(ids) == len(set(ids))
 
 
@@ -58,13 +73,13 @@ CAUSES = {
 
 
 def spec(root: Path, tolerance: str) -> Any:
-    for k in KINDS:
+    for k in built():
         k.write(root / tolerance)
     return pipeline(
         {
             "t": {
                 "columns": COLUMNS,
-                "connectors": [k.connector(root / tolerance, tolerance) for k in KINDS],
+                "connectors": [k.connector(root / tolerance, tolerance) for k in built()],
             }
         }
     )
@@ -90,8 +105,8 @@ def test_tolerance_none_fails_each_bad_connector_alone(
     root = tmp_path / "data"
     report = run(spec(root, "none"), sqlite_url, wh, spark, raise_on_failure=False)
 
-    assert set(report.failed) == {f"t.{k.name}" for k in BAD}
-    for k in BAD:
+    assert set(report.failed) == {f"t.{k.name}" for k in bad()}
+    for k in bad():
         message = report.failed[f"t.{k.name}"]
         key = str(root / "none" / k.name / k.first_failure[0])
         record = k.first_failure[1]
@@ -106,10 +121,10 @@ def test_tolerance_none_fails_each_bad_connector_alone(
             assert CAUSES[k.name][k.first_failure[0]] in message, message
         st = status(sqlite_url, "p", "t", k.name)
         assert (st.state, st.total_records, st.fatal_error) == ("FAILED", 0, message)
-    landed = by_connector(read_table(wh, "p", "t"), KINDS)
-    for k in BAD:
+    landed = by_connector(read_table(wh, "p", "t"), built())
+    for k in bad():
         assert landed[k.name] == [], f"{k.name}: a failed batch landed rows"
-    for k in CLEAN:
+    for k in clean():
         assert report.connectors[f"t.{k.name}"].status == "finished"
         assert landed[k.name] == expected_rows(k)
     assert read_table(wh, "p", "t__errors").num_rows == 0
@@ -123,12 +138,12 @@ def test_tolerance_all_lands_good_rows_and_dead_letters_exactly(
     report = run(spec(root, "all"), sqlite_url, wh, spark, raise_on_failure=False)
 
     assert report.failed == {}
-    landed = by_connector(read_table(wh, "p", "t"), KINDS)
+    landed = by_connector(read_table(wh, "p", "t"), built())
     dead = read_table(wh, "p", "t__errors").to_pylist()
-    dead_by: dict[str, list[dict[str, Any]]] = {k.name: [] for k in KINDS}
+    dead_by: dict[str, list[dict[str, Any]]] = {k.name: [] for k in built()}
     for d in dead:
         dead_by[d["connector"]].append(d)
-    for k in KINDS:
+    for k in built():
         folder = root / "all" / k.name
         rep = report.connectors[f"t.{k.name}"]
         assert rep.status == "finished", (k.name, rep)
@@ -169,7 +184,7 @@ def test_tolerance_all_lands_good_rows_and_dead_letters_exactly(
             len(k.bad_objects),
         ), k.name
         assert st.finished and st.fatal_error is None, k.name
-    assert Counter(d["connector"] for d in dead) == {k.name: len(k.bad) for k in KINDS if k.bad}
+    assert Counter(d["connector"] for d in dead) == {k.name: len(k.bad) for k in built() if k.bad}
 
 
 def _short(r: dict[str, Any]) -> dict[str, Any]:
@@ -201,8 +216,9 @@ def decode_kind(
     return rows, bad, unreadable
 
 
-@pytest.mark.parametrize("k", KINDS, ids=[k.name for k in KINDS])
-def test_each_kind_through_its_format(k: Kind) -> None:
+@pytest.mark.parametrize("name", NAMES)
+def test_each_kind_through_its_format(name: str) -> None:
+    [k] = [k for k in built() if k.name == name]
     rows, bad, unreadable = decode_kind(k)
     assert sorted(rows, key=lambda r: r["id"]) == expected_rows(k)
     assert bad == [(b.file, b.record, b.line) for b in k.bad]
