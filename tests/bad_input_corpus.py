@@ -14,7 +14,7 @@ import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -547,6 +547,51 @@ def parquet_other_schema(k: Kind) -> None:
     k.inputs += 2
 
 
+def parquet_values(k: Kind) -> None:
+    """Parquet columns of wider types: a row lands only where every value fits (NULL in
+    NOT NULL, DECIMAL and INT overflow, NaN, a time of day into DATE are dead letters);
+    a timestamp with a time zone is converted to UTC."""
+    good = [row(k.next_id()) for _ in range(3)]
+    ids = [r["id"] for r in good] + [k.next_id() for _ in range(5)]
+    table = pa.table(
+        {
+            "id": pa.array([*ids[:3], None, *ids[4:]], pa.int64()),
+            "name": [r["name"] for r in good] + ["x"] * 5,
+            "qty": pa.array([*(r["qty"] for r in good), 1, 2**31, 1, 1, 1], pa.int64()),
+            "score": [*(r["score"] for r in good), 0.5, 0.5, float("nan"), 0.5, 0.5],
+            "amount": pa.array(
+                [*(r["amount"] for r in good), None, None, None, Decimal("1234567890.12"), None],
+                pa.decimal128(12, 2),
+            ),
+            "at": pa.array(
+                [*(r["at"] for r in good), None, None, None, None, None], pa.timestamp("us")
+            ).cast(pa.timestamp("us", "UTC")),
+            "day": pa.array(
+                [*(datetime.combine(r["day"], datetime.min.time()) for r in good)]
+                + [None] * 4
+                + [datetime(2024, 1, 1, 10, 0)],
+                pa.timestamp("s"),
+            ),
+        }
+    )
+    k.files["a.parquet"] = parquet_bytes(table)
+    k.good += good
+    k.bad += [Bad("a.parquet", i, None, None) for i in (4, 5, 6, 7, 8)]
+    k.inputs += 8
+    # 14:00 at +02:00 is 12:00 UTC.
+    local = datetime(2024, 5, 1, 14, 0, tzinfo=timezone(timedelta(hours=2)))
+    zoned = pa.table(
+        {
+            "id": pa.array([k.next_id()], pa.int64()),
+            "at": pa.array([local], pa.timestamp("us", "+02:00")),
+        }
+    )
+    k.files["b.parquet"] = parquet_bytes(zoned)
+    at = datetime(2024, 5, 1, 12, 0)
+    k.good.append({**dict.fromkeys(COLUMNS), "id": zoned["id"][0].as_py(), "at": at})
+    k.inputs += 1
+
+
 def json_gzip(k: Kind) -> None:
     """A gzip-compressed object under a .json name: the object as a whole is refused."""
     plain = k.text("a.json", json_line)
@@ -600,6 +645,7 @@ KINDS: dict[str, tuple[dict[str, Any], Callable[[Kind], None]]] = {
     "csv_wrong_types": (CSV, csv_wrong_types),
     "parquet_corrupt": (PARQUET, parquet_corrupt),
     "parquet_other_schema": (PARQUET, parquet_other_schema),
+    "parquet_values": (PARQUET, parquet_values),
     "json_gzip": (JSON_RAW, json_gzip),
     "csv_binary": (CSV, csv_binary),
 }
