@@ -272,6 +272,22 @@ def json_wrong_types(k: Kind) -> None:
         f.good()
 
 
+def json_insert_delete(k: Kind) -> None:
+    """Feldera's default update_format: each record is {"insert": {...}}."""
+
+    def insert(r: Row) -> bytes:
+        return b'{"insert": ' + json_line(r) + b"}"
+
+    f = k.text("a.json", insert)
+    k.goods(f, 2)
+    f.bad(json_line(row(k.next_id())))  # a bare row
+    f.good()
+    f.bad(b'{"insert": 5}')
+    f.bad(b'{"delete": ' + json_line(row(k.next_id())) + b"}")  # needs a keyed sink
+    f.bad(b'{"insert": ' + json_line(row(k.next_id()), qty='"x"') + b"}")
+    f.good()
+
+
 def json_overflow(k: Kind) -> None:
     f = k.text("a.json", json_line)
     k.goods(f, 2)
@@ -625,6 +641,7 @@ KINDS: dict[str, tuple[dict[str, Any], Callable[[Kind], None]]] = {
     "json_non_object": (JSON_RAW, json_non_object),
     "json_wrong_types": (JSON_RAW, json_wrong_types),
     "json_overflow": (JSON_RAW, json_overflow),
+    "json_insert_delete": ({"name": "json"}, json_insert_delete),
     "json_not_null": (JSON_RAW, json_not_null),
     "csv_not_null": (CSV, csv_not_null),
     "json_invalid_utf8": (JSON_RAW, json_invalid_utf8),

@@ -270,6 +270,10 @@ class JsonFormat(Format):
             for col in self.table.columns:
                 if col.name in row and not self._fits(col, row[col.name]):
                     return mismatch(col, _show(row[col.name]))
+        elif self.config.update_format == "insert_delete" and isinstance(obj, dict):
+            for key in ("insert", "delete", "update"):
+                if obj.get(key) is not None and not isinstance(obj[key], dict):
+                    return f'expected {{"{key}": {{...}}}} with a row object, got {_show(obj[key])}'
         return _message(error)
 
     def _fits(self, col: ColumnSpec, value: object) -> bool:
