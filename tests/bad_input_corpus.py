@@ -288,6 +288,19 @@ def json_insert_delete(k: Kind) -> None:
     f.good()
 
 
+def json_single_lines(k: Kind) -> None:
+    """lines: single: one JSON object per line, exactly."""
+    f = k.text("a.json", json_line)
+    k.goods(f, 2)
+    f.bad(json_line(row(k.next_id())) + json_line(row(k.next_id())))  # two on one line
+    f.other(b"")
+    f.good()
+    r = json_line(row(k.next_id()))
+    f.bad(r[:8])  # a record spread over two lines is two bad lines
+    f.bad(r[8:])
+    f.good()
+
+
 def json_overflow(k: Kind) -> None:
     f = k.text("a.json", json_line)
     k.goods(f, 2)
@@ -641,6 +654,10 @@ KINDS: dict[str, tuple[dict[str, Any], Callable[[Kind], None]]] = {
     "json_non_object": (JSON_RAW, json_non_object),
     "json_wrong_types": (JSON_RAW, json_wrong_types),
     "json_overflow": (JSON_RAW, json_overflow),
+    "json_single_lines": (
+        {"name": "json", "config": {"update_format": "raw", "lines": "single"}},
+        json_single_lines,
+    ),
     "json_insert_delete": ({"name": "json"}, json_insert_delete),
     "json_not_null": (JSON_RAW, json_not_null),
     "csv_not_null": (CSV, csv_not_null),

@@ -163,15 +163,21 @@ class JsonFormat(Format):
         if not _suspect(block):
             try:
                 table = self._decode(block, multiline=False)
-                return Decoded(table, [], table.num_rows), len(block)
             except Exception:
-                pass
-            if self.config.lines == "multiple":
-                try:  # records spread over several lines (pretty-printed)?
-                    table = self._decode(block, multiline=True)
+                if self.config.lines == "multiple":
+                    try:  # records spread over several lines (pretty-printed)?
+                        table = self._decode(block, multiline=True)
+                        return Decoded(table, [], table.num_rows), len(block)
+                    except Exception:
+                        pass
+            else:
+                # lines: single takes one JSON value per line: where rows and lines differ
+                # (a line of several values, or blank lines) records are counted as the
+                # slow path does. (lines: multiple reads a stream of values, as Feldera.)
+                single = self.config.lines == "single"
+                count = block.count(b"\n") + (not block.endswith(b"\n"))
+                if not single or table.num_rows == count:
                     return Decoded(table, [], table.num_rows), len(block)
-                except Exception:
-                    pass
         records = self._split(block)
         used = len(block)
         if more and records and records[-1].open:
@@ -221,7 +227,15 @@ class JsonFormat(Format):
             _check_record(r)
         multiline = self.config.lines == "multiple"
         try:
-            return self._decode(b"\n".join(records), multiline=multiline)
+            table = self._decode(b"\n".join(records), multiline=multiline)
+            if not multiline and table.num_rows != len(records):  # a line of several values
+                raise RowError(
+                    f"{table.num_rows} JSON objects on one line; lines: single takes one "
+                    "object per line"
+                    if len(records) == 1
+                    else "a line holds several JSON objects"
+                )
+            return table
         except RowError:
             raise
         except Exception as e:

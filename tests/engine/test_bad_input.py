@@ -1,4 +1,4 @@
-"""Bad input through the real engine: a corpus of 28 kinds of bad input (see
+"""Bad input through the real engine: a corpus of 29 kinds of bad input (see
 :mod:`bad_input_corpus`), each the files of one file_input connector, all in one
 pipeline and one table beside clean connectors, run once per ``errors.tolerance`` on
 real local Spark.
