@@ -538,8 +538,7 @@ class _Validator:
             return None
         tcls = TRANSPORTS.get(tname)
         raw_config = dict(spec.transport.config)
-        if hasattr(tcls, "resolve_config"):
-            raw_config = tcls.resolve_config(raw_config, self.base_dir)
+        raw_config = tcls.resolve_config(raw_config, self.base_dir)
         tconfig = self.model([*cpath, "transport", "config"], tcls.Config, raw_config)
         if tconfig is None:
             ok = False
