@@ -235,15 +235,19 @@ def test_bom_is_consumed_and_binary_is_refused(fmt: str) -> None:
     f = cls(cls.Config.model_validate(config), table)
     line = (json_line if fmt == "json" else csv_line)(row(1)) + b"\n"
 
-    def consumed(data: bytes, **kw: Any) -> tuple[int, int]:
+    def consumed(data: bytes, **kw: Any) -> tuple[int, int, int]:
         out = list(f.decode(iter([data[:2], data[2:]]), first_record=1, at_start=True, **kw))
-        return sum(d.table.num_rows for d in out), max([0, *(d.consumed for d in out)])
+        return (
+            sum(d.records for d in out),
+            sum(len(d.errors) for d in out),
+            max([0, *(d.consumed for d in out)]),
+        )
 
     # The BOM's bytes are consumed with the records, so a followed file's offset is the
     # byte offset of the object; a file that holds only a BOM is consumed too.
-    assert consumed(BOM + line, final=True) == (1, len(BOM + line))
-    assert consumed(BOM + line + line[:5], final=False) == (1, len(BOM + line))
-    assert consumed(BOM, final=True) == (0, 3)
+    assert consumed(BOM + line, final=True) == (1, 0, len(BOM + line))
+    assert consumed(BOM + line + line[:5], final=False) == (1, 0, len(BOM + line))
+    assert consumed(BOM, final=True) == (0, 0, 3)
     # A text with a NUL here and there is not binary: its record is the matter.
     out = list(
         f.decode(
@@ -276,3 +280,41 @@ def test_a_long_quoted_line_across_blocks_is_one_record() -> None:
     assert [r for d in out for r in d.table.to_pylist()] == [
         {c: r[c] for c in COLUMNS} for r in rows
     ]
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_a_followed_file_with_a_bom_reads_appended_lines_once(
+    spark: Any, sqlite_url: str, tmp_path: Path, fmt: str
+) -> None:
+    """The BOM's bytes count in the committed offset: the appended lines are read from
+    where the first run stopped, each record once, with its line number."""
+    encode = json_line if fmt == "json" else csv_line
+    src = tmp_path / f"log.{fmt}"
+    rows = [row(i) for i in range(1, 8)]
+    src.write_bytes(BOM + b"".join(encode(r) + b"\r\n" for r in rows[:3]))
+    config = {"update_format": "raw"} if fmt == "json" else {}
+    connector = {
+        "name": "log",
+        "transport": {
+            "name": "file_input",
+            "config": {"path": str(src), "min_file_age": 0, "follow": True},
+        },
+        "format": {"name": fmt, "config": config},
+        "errors": {"tolerance": "all"},
+    }
+    spec = pipeline({"t": {"columns": COLUMNS, "connectors": [connector]}})
+    wh = str(tmp_path / "wh")
+    run(spec, sqlite_url, wh, spark)
+    with src.open("ab") as fh:
+        fh.write(b"".join(encode(r) + b"\r\n" for r in rows[3:5]))
+        fh.write(encode(row(100), qty='"x"' if fmt == "json" else "x") + b"\r\n")
+        fh.write(b"".join(encode(r) + b"\r\n" for r in rows[5:]))
+    run(spec, sqlite_url, wh, spark)
+    landed = sorted(read_table(wh, "p", "t").to_pylist(), key=lambda r: r["id"])
+    assert landed == [{c: r[c] for c in COLUMNS} for r in rows]
+    [dead] = read_table(wh, "p", "t__errors").to_pylist()
+    assert dead["record_number"] == 6 and dead["raw_text"] == clip(
+        encode(row(100), qty='"x"' if fmt == "json" else "x")
+    )
+    st = status(sqlite_url, "p", "t", "log")
+    assert (st.total_records, st.num_parse_errors) == (7, 1)
