@@ -223,7 +223,7 @@ def _ingest_item(
         if not tolerate:
             e = errors[0]
             message = (
-                f"connector {ctx.ref}: record {e.record} of {item.key}: {e.error}; "
+                f"connector {ctx.ref}: record {e.record}{_at_line(e)} of {item.key}: {e.error}; "
                 f"raw text: {e.raw[:300]!r}. The batch was not committed. Fix the source, or set "
                 f"errors.tolerance: all to send bad records to {ctx.table.name}__errors"
             )
@@ -251,7 +251,10 @@ def _ingest_item(
             if len(reported) < MAX_REPORTED_ERRORS:
                 reported.append(
                     ErrorRecord(
-                        "parse", f"record {e.record} of {item.key}: {e.error}", item.key, e.record
+                        "parse",
+                        f"record {e.record}{_at_line(e)} of {item.key}: {e.error}",
+                        item.key,
+                        e.record,
                     )
                 )
 
@@ -327,6 +330,11 @@ def _ingest_item(
         or None,
     )
     return ItemOutcome(receipt, reported)
+
+
+def _at_line(e: RecordError) -> str:
+    """`` (line N)`` where the format knows the record's first line."""
+    return f" (line {e.line})" if e.line is not None else ""
 
 
 def _bytes_only(chunks: Iterable[object]) -> Iterator[bytes]:

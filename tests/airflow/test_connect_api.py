@@ -255,7 +255,7 @@ def test_failed_task_shows_trace_and_restarts_alone(api: Api) -> None:
     assert af.wait_run(name, run_id)["state"] == "failed"
     status = api("GET", f"/connectors/{name}/status").json()
     assert status["connector"]["state"] == "FAILED"
-    assert "record 1 of" in status["connector"]["trace"]
+    assert "record 1 (line 1) of" in status["connector"]["trace"]
     tasks = {t["id"]: t for t in status["tasks"]}
     failed = [i for i, t in tasks.items() if t["state"] == "FAILED"]
     assert len(tasks) == 2 and len(failed) == 1

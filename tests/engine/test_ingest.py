@@ -356,7 +356,7 @@ def test_tolerance_none_fails_naming_object_and_record(
         run(spec, sqlite_url, wh, spark)
     message = str(exc.value)
     assert (
-        f"record 3 of {src}" in message
+        f"record 3 (line 3) of {src}" in message
         and "p.t.files" in message
         and "errors.tolerance: all" in message
     )
@@ -461,4 +461,4 @@ def test_invalid_utf8_and_null_records_are_dead_letters_never_stored(
             str(tmp_path / "w2"),
             spark,
         )
-    assert f"record 1 of {src}" in str(exc.value)
+    assert f"record 1 (line 1) of {src}" in str(exc.value)
