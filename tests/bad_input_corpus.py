@@ -193,10 +193,9 @@ class Kind:
         self.good += rows
         self.inputs += len(rows)
 
-    def unreadable(self, name: str, data: bytes, records: int) -> None:
-        """An object that cannot be decoded at all: one transport error, whatever the
-        ``records`` it was meant to hold."""
-        del records  # documented for the reader of a builder; counted as one object
+    def unreadable(self, name: str, data: bytes) -> None:
+        """An object that cannot be decoded at all: one transport error, however many
+        records it was meant to hold."""
         self.files[name] = data
         self.bad_objects.append(name)
         self.inputs += 1
@@ -207,13 +206,13 @@ class Kind:
         return self
 
     @property
-    def first_failure(self) -> tuple[str, int | None]:
+    def first_failure(self) -> tuple[str, Bad | None]:
         """What ``errors.tolerance: none`` names: the first bad object in key order, and
         the first bad record of it (None: the object as a whole)."""
         first = min([b.file for b in self.bad] + self.bad_objects)
         if first in self.bad_objects:
             return first, None
-        return first, min(b.record for b in self.bad if b.file == first)
+        return first, min((b for b in self.bad if b.file == first), key=lambda b: b.record)
 
     def connector(self, root: Path, tolerance: str) -> dict[str, Any]:
         return {
@@ -540,10 +539,10 @@ def csv_wrong_types(k: Kind) -> None:
 def parquet_corrupt(k: Kind) -> None:
     k.parquet("a.parquet", [row(k.next_id()) for _ in range(5)])
     rng = random.Random(7)
-    k.unreadable("b.parquet", bytes(rng.getrandbits(8) for _ in range(4096)), records=0)
+    k.unreadable("b.parquet", bytes(rng.getrandbits(8) for _ in range(4096)))
     whole = parquet_bytes(pa.Table.from_pylist([row(k.next_id()) for _ in range(5)], ARROW))
-    k.unreadable("c.parquet", whole[: len(whole) // 2], records=5)  # cut in half
-    k.unreadable("d.parquet", b"", records=0)
+    k.unreadable("c.parquet", whole[: len(whole) // 2])  # cut in half
+    k.unreadable("d.parquet", b"")
     k.parquet("e.parquet", [row(k.next_id()) for _ in range(3)])
 
 
@@ -626,7 +625,7 @@ def json_gzip(k: Kind) -> None:
     plain = k.text("a.json", json_line)
     k.goods(plain, 3)
     body = b"".join(json_line(row(k.next_id())) + b"\n" for _ in range(50))
-    k.unreadable("b.json", gzip.compress(body, mtime=0), records=50)
+    k.unreadable("b.json", gzip.compress(body, mtime=0))
 
 
 def csv_binary(k: Kind) -> None:
@@ -634,9 +633,9 @@ def csv_binary(k: Kind) -> None:
     plain = k.text("a.csv", csv_line)
     k.goods(plain, 3)
     rng = random.Random(11)
-    k.unreadable("b.csv", bytes(rng.getrandbits(8) for _ in range(64 << 10)), records=0)
+    k.unreadable("b.csv", bytes(rng.getrandbits(8) for _ in range(64 << 10)))
     rows = [row(k.next_id()) for _ in range(5)]
-    k.unreadable("c.csv", parquet_bytes(pa.Table.from_pylist(rows, ARROW)), records=5)
+    k.unreadable("c.csv", parquet_bytes(pa.Table.from_pylist(rows, ARROW)))
 
 
 def clean_json(k: Kind) -> None:

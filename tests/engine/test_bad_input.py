@@ -114,11 +114,11 @@ def test_tolerance_none_fails_each_bad_connector_alone(
         assert "\n" not in message and "Traceback" not in message
         if record is None:  # the object as a whole
             assert f"cannot decode {key} as " in message, (k.name, message)
-        else:
-            assert f"record {record} of {key}: " in message, (k.name, message)
-        assert "errors.tolerance: all" in message, message
-        if record is None:
             assert CAUSES[k.name][k.first_failure[0]] in message, message
+        else:
+            at = "" if record.line is None else f" (line {record.line})"
+            assert f"record {record.record}{at} of {key}: " in message, (k.name, message)
+        assert "errors.tolerance: all" in message, message
         st = status(sqlite_url, "p", "t", k.name)
         assert (st.state, st.total_records, st.fatal_error) == ("FAILED", 0, message)
     landed = by_connector(read_table(wh, "p", "t"), built())
