@@ -11,8 +11,9 @@ import datetime
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.types import SqlType
 
 # The rules below are checked where specs are validated (spec.load), not by the models,
@@ -49,10 +50,6 @@ LABEL_RULE = (
 )
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 def _labels(value: Any) -> Any:
     # Feldera's docs write both "labels": "price.backfill" and "labels": ["a", "b"].
     if isinstance(value, str):
@@ -60,21 +57,21 @@ def _labels(value: Any) -> Any:
     return value
 
 
-class TransportSpec(_Model):
+class TransportSpec(StrictConfig):
     """``{name, config}``: which transport reads the data and its settings."""
 
     name: str
     config: dict[str, Any] = Field(default_factory=dict)
 
 
-class FormatSpec(_Model):
+class FormatSpec(StrictConfig):
     """``{name, config}``: how the transport's bytes become records."""
 
     name: str
     config: dict[str, Any] = Field(default_factory=dict)
 
 
-class ErrorsSpec(_Model):
+class ErrorsSpec(StrictConfig):
     """Kafka Connect's ``errors.tolerance``: ``none`` fails the batch on the first bad
     record; ``all`` sends bad records to the table's dead-letter table."""
 
@@ -92,7 +89,7 @@ CRON_PRESETS = {
 }
 
 
-class TriggerSpec(_Model):
+class TriggerSpec(StrictConfig):
     """When discovery runs under Airflow (Pulsar's triggerers).
 
     ``schedule``: a cron expression or preset (``@hourly``...): a ``CronTriggerTimetable``.
@@ -139,7 +136,7 @@ class TriggerSpec(_Model):
 DEFAULT_POLL_INTERVAL = 30.0
 
 
-class ConnectorSpec(_Model):
+class ConnectorSpec(StrictConfig):
     """One input connector of a table."""
 
     name: str
@@ -156,7 +153,7 @@ class ConnectorSpec(_Model):
     _split_labels = field_validator("labels", "start_after", mode="before")(_labels)
 
 
-class ColumnSpec(_Model):
+class ColumnSpec(StrictConfig):
     name: str
     type: SqlType
     nullable: bool = True
@@ -165,14 +162,14 @@ class ColumnSpec(_Model):
         return f"{self.name} {self.type}{'' if self.nullable else ' NOT NULL'}"
 
 
-class SinkSpec(_Model):
+class SinkSpec(StrictConfig):
     """Where a table's rows go. Default: a Parquet table under the warehouse."""
 
     name: str = "parquet"
     config: dict[str, Any] = Field(default_factory=dict)
 
 
-class TableSpec(_Model):
+class TableSpec(StrictConfig):
     name: str
     columns: tuple[ColumnSpec, ...]
     sink: SinkSpec = SinkSpec()
@@ -192,7 +189,7 @@ class TableSpec(_Model):
         return [c.name for c in self.columns]
 
 
-class PipelineSpec(_Model):
+class PipelineSpec(StrictConfig):
     name: str
     tables: tuple[TableSpec, ...]
     source: str | None = None

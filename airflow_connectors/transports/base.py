@@ -15,7 +15,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+# Re-exported: formats and sinks still import the base config from here.
+from airflow_connectors.spec.config import StrictConfig
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -23,12 +24,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from airflow_connectors.spec.models import TableSpec
-
-
-class StrictConfig(BaseModel):
-    """Base for transport, format and sink configs: immutable, unknown keys rejected."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 @dataclass(frozen=True)
@@ -89,6 +84,9 @@ class Limits:
     #: Whether the connector's format can read an object from a byte offset (lines):
     #: then bytes appended to an object already read are new work.
     appendable: bool = False
+
+
+__all__ = ["Cursor", "KeyOffset", "Limits", "StrictConfig", "Transport", "WorkItem"]
 
 
 class Transport(ABC):

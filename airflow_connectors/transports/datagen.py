@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator
 
 from airflow_connectors.formats.base import target_schema
+from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.types import SqlType
-from airflow_connectors.transports.base import Cursor, Limits, StrictConfig, Transport, WorkItem
+from airflow_connectors.transports.base import Cursor, Limits, Transport, WorkItem
 
 if TYPE_CHECKING:
     import numpy as np

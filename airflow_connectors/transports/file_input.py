@@ -16,14 +16,8 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
-from airflow_connectors.transports.base import (
-    Cursor,
-    KeyOffset,
-    Limits,
-    StrictConfig,
-    Transport,
-    WorkItem,
-)
+from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.transports.base import Cursor, KeyOffset, Limits, Transport, WorkItem
 
 READ_CHUNK = 8 << 20
 

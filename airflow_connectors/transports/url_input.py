@@ -25,15 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
+from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.redact import mask_url
-from airflow_connectors.transports.base import (
-    Cursor,
-    KeyOffset,
-    Limits,
-    StrictConfig,
-    Transport,
-    WorkItem,
-)
+from airflow_connectors.transports.base import Cursor, KeyOffset, Limits, Transport, WorkItem
 
 if TYPE_CHECKING:
     import httpx
