@@ -119,6 +119,10 @@ def test_tolerance_none_fails_each_bad_connector_alone(
             at = "" if record.line is None else f" (line {record.line})"
             assert f"record {record.record}{at} of {key}: " in message, (k.name, message)
         assert "errors.tolerance: all" in message, message
+        # The batch's other failed objects are counted, not lost.
+        more = len({b.file for b in k.bad} | set(k.bad_objects)) - 1
+        tail = f"(and {more} more object(s) of the batch failed)"
+        assert (tail in message) == bool(more), (k.name, message)
         st = status(sqlite_url, "p", "t", k.name)
         assert (st.state, st.total_records, st.fatal_error) == ("FAILED", 0, message)
     landed = by_connector(read_table(wh, "p", "t"), built())
