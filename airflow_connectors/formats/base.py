@@ -112,9 +112,8 @@ class Format(ABC):
 
 
 def target_schema(table: TableSpec) -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema([pa.field(c.name, c.type.arrow(), nullable=c.nullable) for c in table.columns])
+    """The table's Arrow schema; :meth:`TableSpec.arrow_schema` owns it."""
+    return table.arrow_schema()
 
 
 def clip(raw: bytes | str) -> str:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.types import SqlType
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # The rules below are checked where specs are validated (spec.load), not by the models,
 # which also read connectors back from batch plans stored by earlier versions.
@@ -187,6 +190,16 @@ class TableSpec(StrictConfig):
     @property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
+
+    def arrow_schema(self) -> pa.Schema:
+        """The table's columns as the Arrow schema every format decodes into and every
+        sink writes. pyarrow is imported here, not with the spec: DAG files import the
+        spec and must parse fast."""
+        import pyarrow as pa
+
+        return pa.schema(
+            [pa.field(c.name, c.type.arrow(), nullable=c.nullable) for c in self.columns]
+        )
 
 
 class PipelineSpec(StrictConfig):

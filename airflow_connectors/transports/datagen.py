@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
-from airflow_connectors.formats.base import target_schema
 from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.types import SqlType
 from airflow_connectors.transports.base import Cursor, Limits, Transport, WorkItem
@@ -686,7 +685,7 @@ class DatagenTransport(Transport):
         p = self._plan_of(item)
         assert item.end is not None  # checked by _plan_of
         columns = self._columns[p]
-        schema = target_schema(self.table)
+        schema = self.table.arrow_schema()
         seed = self.config.seed or 0
         for chunk in range(item.start // GEN_CHUNK_ROWS, -(-item.end // GEN_CHUNK_ROWS)):
             first = chunk * GEN_CHUNK_ROWS
