@@ -1,12 +1,7 @@
 """Layer 1: pipeline specs. Pure: imports neither Airflow nor Spark."""
 
-from airflow_connectors.spec.load import (
-    SpecError,
-    SpecValidationError,
-    load_pipeline,
-    parse_pipeline,
-    validate_pipeline,
-)
+from airflow_connectors.spec.errors import SpecError, SpecValidationError
+from airflow_connectors.spec.load import load_pipeline
 from airflow_connectors.spec.models import (
     ColumnSpec,
     ConnectorSpec,
@@ -19,6 +14,7 @@ from airflow_connectors.spec.models import (
     TriggerSpec,
 )
 from airflow_connectors.spec.types import SqlType
+from airflow_connectors.spec.validate import parse_pipeline, validate_pipeline
 
 __all__ = [
     "ColumnSpec",

@@ -1,0 +1,441 @@
+"""Validate a spec document (the parsed YAML/JSON, or SQL text) into a
+:class:`PipelineSpec`.
+
+Validation collects every problem at once. Each problem carries the JSON path of the
+field and a message a user can act on (see :mod:`.errors`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from airflow_connectors.spec.errors import (
+    SpecError,
+    SpecValidationError,
+    describe,
+    did_you_mean,
+    path_str,
+    unknown_field,
+    validated,
+)
+from airflow_connectors.spec.graph import start_after_errors
+from airflow_connectors.spec.models import (
+    LABEL_RULE,
+    NAME_RULE,
+    ColumnSpec,
+    ConnectorSpec,
+    PipelineSpec,
+    SinkSpec,
+    TableSpec,
+    is_valid_column_name,
+    is_valid_label,
+    is_valid_name,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+PIPELINE_KEYS = ("pipeline", "tables", "sql")
+TABLE_KEYS = ("columns", "sink", "connectors", "sql")
+#: The Parquet sink keeps table ``t``'s dead letters in the folder ``t__errors``.
+ERRORS_SUFFIX = "__errors"
+
+
+def parse_pipeline(
+    doc: Any, *, name: str | None = None, base_dir: Path | None = None, source: str | None = None
+) -> PipelineSpec:
+    """Validate a spec document (the parsed YAML/JSON) and return the pipeline."""
+    return _parse(doc, name, base_dir, source, [])
+
+
+def _parse(
+    doc: Any,
+    name: str | None,
+    base_dir: Path | None,
+    source: str | None,
+    earlier: list[SpecError],
+) -> PipelineSpec:
+    """``earlier``: problems found while reading the file (duplicate keys), reported
+    together with the document's."""
+    v = _Validator(base_dir)
+    v.errors.extend(earlier)
+    spec = v.pipeline(doc, name, source)
+    if v.errors or spec is None:
+        raise SpecValidationError(v.errors, source)
+    return spec
+
+
+def validate_pipeline(
+    doc: Any, *, name: str | None = None, base_dir: Path | None = None
+) -> list[SpecError]:
+    """Every problem in ``doc``; empty when it is valid."""
+    v = _Validator(base_dir)
+    v.pipeline(doc, name, None)
+    return v.errors
+
+
+class _Validator:
+    def __init__(self, base_dir: Path | None) -> None:
+        self.base_dir = base_dir
+        self.errors: list[SpecError] = []
+        # Connectors that parsed, even in tables with errors: start_after is checked
+        # across all of them so every problem is reported at once.
+        self.parsed: list[tuple[str, int, ConnectorSpec]] = []
+
+    def error(self, path: list[str | int], message: str) -> None:
+        self.errors.append(SpecError(path_str(path), message))
+
+    def unknown_keys(
+        self, path: list[str | int], doc: Mapping[str, Any], allowed: Sequence[str]
+    ) -> None:
+        for key in doc:
+            if key not in allowed:
+                self.error([*path, str(key)], unknown_field(str(key), allowed))
+
+    # --- pipeline and tables ------------------------------------------------------
+
+    def pipeline(self, doc: Any, name: str | None, source: str | None) -> PipelineSpec | None:
+        if not isinstance(doc, Mapping):
+            self.error(
+                [], f"expected a mapping with keys {', '.join(PIPELINE_KEYS)}, got {describe(doc)}"
+            )
+            return None
+        self.unknown_keys([], doc, PIPELINE_KEYS)
+        name = name or doc.get("pipeline")
+        if not isinstance(name, str) or not is_valid_name(name):
+            self.error(["pipeline"], f"expected a pipeline name of {NAME_RULE}, got {name!r}")
+            name = "invalid"
+        raw_tables: list[tuple[list[str | int], str, Any]] = []
+        tables_doc = doc.get("tables", {})
+        if not isinstance(tables_doc, Mapping):
+            self.error(
+                ["tables"], f"expected a mapping of table name -> table, got {describe(tables_doc)}"
+            )
+            tables_doc = {}
+        for tname, tdoc in tables_doc.items():
+            raw_tables.append((["tables", str(tname)], str(tname), tdoc))
+        if "sql" in doc:
+            if not isinstance(doc["sql"], str):
+                self.error(
+                    ["sql"],
+                    f"expected SQL text (CREATE TABLE statements), got {describe(doc['sql'])}",
+                )
+            else:
+                for sql_table in self.sql_tables(doc["sql"], ["sql"]):
+                    raw_tables.append((["tables", sql_table["name"]], sql_table["name"], sql_table))
+        if not raw_tables:
+            self.error(["tables"], "the pipeline has no tables; add 'tables' or 'sql'")
+        tables: list[TableSpec] = []
+        seen: set[str] = set()
+        for path, tname, tdoc in raw_tables:
+            if tname in seen:
+                self.error(path, f"table {tname!r} is defined twice")
+                continue
+            seen.add(tname)
+            table = self.table(path, tname, tdoc)
+            if table is not None:
+                tables.append(table)
+        self.errors.extend(start_after_errors(self.parsed))
+        if self.errors:
+            return None
+        return PipelineSpec(name=name, tables=tuple(tables), source=source)
+
+    def sql_tables(self, sql: str, path: list[str | int]) -> list[dict[str, Any]]:
+        from airflow_connectors.spec.sql import parse_create_tables
+
+        tables, errors = parse_create_tables(sql)
+        for where, message in errors:
+            self.error(path if where is None else [*path, where], message)
+        out = []
+        for t in tables:
+            for rel, problem in t.errors:
+                self.error(["tables", t.name, *rel], problem)
+            out.append(
+                {
+                    "name": t.name,
+                    "columns": t.columns,
+                    "connectors": t.connectors if t.connectors is not None else [],
+                    "_sql": True,
+                }
+            )
+        return out
+
+    def table(self, path: list[str | int], name: str, doc: Any) -> TableSpec | None:
+        if not isinstance(doc, Mapping):
+            self.error(
+                path,
+                f"expected a table (columns, connectors, sink) or {{sql: CREATE TABLE ...}}, got {describe(doc)}",
+            )
+            return None
+        if not is_valid_name(name):
+            self.error(path, f"table name {name!r} must be {NAME_RULE} (it names folders and DAGs)")
+        elif name.lower().endswith(ERRORS_SUFFIX):
+            self.error(
+                path,
+                f"table name {name!r} ends in {ERRORS_SUFFIX!r}, which is reserved: the dead "
+                f"letters of table {name[: -len(ERRORS_SUFFIX)]!r} go to the folder "
+                f"'{name[: -len(ERRORS_SUFFIX)]}{ERRORS_SUFFIX}'; rename the table",
+            )
+        if not doc.get("_sql"):
+            self.unknown_keys(path, doc, TABLE_KEYS)
+        if "sql" in doc:
+            if "columns" in doc or "connectors" in doc:
+                self.error([*path, "sql"], "give either 'sql' or 'columns'/'connectors', not both")
+                return None
+            parsed = self.sql_tables(str(doc["sql"]), [*path, "sql"])
+            if len(parsed) != 1:
+                self.error(
+                    [*path, "sql"],
+                    f"expected exactly one CREATE TABLE statement, found {len(parsed)}",
+                )
+                return None
+            if parsed[0]["name"] != name.lower() and parsed[0]["name"] != name:
+                self.error(
+                    [*path, "sql"],
+                    f"CREATE TABLE names {parsed[0]['name']!r} but the table key is {name!r}",
+                )
+            doc = {**parsed[0], "sink": doc.get("sink")}
+        columns, columns_ok = self.columns(
+            [*path, "columns"], doc.get("columns"), from_sql=bool(doc.get("_sql"))
+        )
+        sink = self.sink([*path, "sink"], doc.get("sink"))
+        # Connectors are checked even when columns or sink are wrong: every problem at once.
+        connectors = self.connectors(
+            path, name, columns, doc.get("connectors", []), columns_ok=columns_ok
+        )
+        if connectors is None or not columns_ok or sink is None:
+            return None
+        return TableSpec(name=name, columns=columns, sink=sink, connectors=connectors)
+
+    def columns(
+        self, path: list[str | int], doc: Any, *, from_sql: bool
+    ) -> tuple[tuple[ColumnSpec, ...], bool]:
+        from airflow_connectors.spec.types import parse_type
+
+        if not isinstance(doc, Mapping) or not doc:
+            self.error(
+                path,
+                "expected a mapping of column name -> SQL type, such as {id: BIGINT NOT NULL, name: VARCHAR}",
+            )
+            return (), False
+        out: list[ColumnSpec] = []
+        ok = True
+        # Spark and DuckDB, which read the tables, resolve column names case-insensitively.
+        folded: dict[str, str] = {}
+        for cname, ctype in doc.items():
+            cname = str(cname)
+            if not is_valid_column_name(cname):
+                self.error(
+                    [*path, cname],
+                    f"column name {cname!r} must be at least 1 character, without control "
+                    "characters such as a newline",
+                )
+                ok = False
+                continue
+            if cname.lower() in folded:
+                self.error(
+                    [*path, cname],
+                    f"column {cname!r} is defined twice (also {folded[cname.lower()]!r}); column "
+                    "names must be unique, ignoring case, because Spark and DuckDB read them "
+                    "case-insensitively",
+                )
+                ok = False
+                continue
+            folded[cname.lower()] = cname
+            if from_sql:
+                parsed = ctype
+            else:
+                try:
+                    parsed = parse_type(str(ctype))
+                except ValueError as e:
+                    parsed = str(e)
+            if isinstance(parsed, str):
+                self.error([*path, str(cname)], parsed)
+                ok = False
+                continue
+            out.append(ColumnSpec(name=str(cname), type=parsed[0], nullable=parsed[1]))
+        return tuple(out), ok
+
+    def sink(self, path: list[str | int], doc: Any) -> SinkSpec | None:
+        from airflow_connectors.sinks import SINKS
+
+        spec = self.model(path, SinkSpec, doc if doc is not None else {})
+        if spec is None:
+            return None
+        if spec.name not in SINKS:
+            self.error(
+                [*path, "name"],
+                f"unknown sink {spec.name!r}; available: {', '.join(SINKS.names())}",
+            )
+            return None
+        if self.model([*path, "config"], SINKS.get(spec.name).Config, spec.config) is None:
+            return None
+        return spec
+
+    # --- connectors ---------------------------------------------------------------
+
+    def connectors(
+        self,
+        tpath: list[str | int],
+        table: str,
+        columns: tuple[ColumnSpec, ...],
+        doc: Any,
+        *,
+        columns_ok: bool,
+    ) -> tuple[ConnectorSpec, ...] | None:
+        path = [*tpath, "connectors"]
+        if not isinstance(doc, list):
+            self.error(path, f"expected a list of connectors, got {describe(doc)}")
+            return None
+        out: list[ConnectorSpec] = []
+        ok = True
+        names: dict[str, int] = {}
+        for i, cdoc in enumerate(doc):
+            cpath = [*path, i]
+            if not isinstance(cdoc, Mapping):
+                self.error(cpath, f"expected a connector object, got {describe(cdoc)}")
+                ok = False
+                continue
+            cdoc = dict(cdoc)
+            if cdoc.get("name") is None:
+                cdoc["name"] = f"unnamed-{i}"
+            cname = cdoc["name"]
+            if isinstance(cname, str):
+                if not is_valid_name(cname):
+                    self.error([*cpath, "name"], f"connector name {cname!r} must be {NAME_RULE}")
+                    ok = False
+                elif cname in names:
+                    self.error(
+                        [*cpath, "name"],
+                        f"two connectors of table {table!r} are named {cname!r} (also connectors[{names[cname]}]); names must be unique within a table",
+                    )
+                    ok = False
+                names.setdefault(cname, i)
+            spec = self.model(cpath, ConnectorSpec, cdoc)
+            if spec is None:
+                ok = False
+                # Its own fields are wrong; still check its transport and format, so
+                # that every problem is reported at once.
+                partial = _without_bad_fields(cdoc, f"unnamed-{i}")
+                if partial is not None:
+                    self.labels(cpath, partial)
+                    self.parsed.append((table, i, partial))
+                    self.plugins(cpath, partial, table, columns, columns_ok=columns_ok)
+                continue
+            ok = self.labels(cpath, spec) and ok
+            self.parsed.append((table, i, spec))
+            spec = self.plugins(cpath, spec, table, columns, columns_ok=columns_ok)
+            if spec is None:
+                ok = False
+                continue
+            out.append(spec)
+        return tuple(out) if ok else None
+
+    def labels(self, cpath: list[str | int], spec: ConnectorSpec) -> bool:
+        """Whether every label of the connector is valid; reports those that are not."""
+        ok = True
+        for j, label in enumerate(spec.labels):
+            if not is_valid_label(label):
+                self.error([*cpath, "labels", j], f"label {label!r} must be {LABEL_RULE}")
+                ok = False
+        return ok
+
+    def plugins(
+        self,
+        cpath: list[str | int],
+        spec: ConnectorSpec,
+        table: str,
+        columns: tuple[ColumnSpec, ...],
+        *,
+        columns_ok: bool,
+    ) -> ConnectorSpec | None:
+        from airflow_connectors.formats import FORMATS
+        from airflow_connectors.transports import TRANSPORTS
+
+        ok = True
+        tname = spec.transport.name
+        table_spec = TableSpec(name=table, columns=columns)
+        if tname not in TRANSPORTS:
+            hint = did_you_mean(tname, TRANSPORTS.names())
+            self.error(
+                [*cpath, "transport", "name"],
+                f"transport {tname!r} is not available yet{hint}; available transports: {', '.join(TRANSPORTS.names())}",
+            )
+            return None
+        tcls = TRANSPORTS.get(tname)
+        raw_config = dict(spec.transport.config)
+        raw_config = tcls.resolve_config(raw_config, self.base_dir)
+        tconfig = self.model([*cpath, "transport", "config"], tcls.Config, raw_config)
+        if tconfig is None:
+            ok = False
+        elif columns_ok:  # checks against the table's columns need all of them
+            try:
+                tcls(tconfig, table_spec)
+            except ValueError as e:
+                self.error([*cpath, "transport", "config"], str(e))
+                ok = False
+            spec = spec.model_copy(
+                update={
+                    "transport": spec.transport.model_copy(
+                        update={"config": tconfig.model_dump(mode="json", exclude_unset=False)}
+                    )
+                }
+            )
+        if spec.format is None:
+            if tcls.needs_format:
+                self.error(
+                    [*cpath, "format"],
+                    f'transport {tname!r} needs a format; add "format": {{"name": ...}} with one of: {", ".join(FORMATS.names())}',
+                )
+                ok = False
+        elif not tcls.needs_format:
+            self.error(
+                [*cpath, "format"],
+                f"transport {tname!r} produces records itself and takes no format; remove 'format'",
+            )
+            ok = False
+        elif spec.format.name not in FORMATS:
+            hint = did_you_mean(spec.format.name, FORMATS.names())
+            self.error(
+                [*cpath, "format", "name"],
+                f"format {spec.format.name!r} is not available{hint}; available formats: {', '.join(FORMATS.names())}",
+            )
+            ok = False
+        else:
+            fcls = FORMATS.get(spec.format.name)
+            fconfig = self.model([*cpath, "format", "config"], fcls.Config, spec.format.config)
+            if fconfig is None:
+                ok = False
+            else:
+                spec = spec.model_copy(
+                    update={
+                        "format": spec.format.model_copy(
+                            update={"config": fconfig.model_dump(mode="json")}
+                        )
+                    }
+                )
+        return spec if ok else None
+
+    def model(self, path: list[str | int], cls: type[M], doc: Any) -> M | None:
+        return validated(path, cls, doc, self.errors)
+
+
+def _without_bad_fields(doc: dict[str, Any], default_name: str) -> ConnectorSpec | None:
+    """The connector with its invalid fields (already reported) left at their defaults,
+    or None when its transport or format itself is invalid."""
+    try:
+        return ConnectorSpec.model_validate(doc)
+    except ValidationError as exc:
+        bad = {err["loc"][0] for err in exc.errors() if err["loc"]}
+    if bad & {"transport", "format"}:
+        return None
+    kept = {k: v for k, v in doc.items() if k not in bad}
+    if "name" in bad:
+        kept["name"] = default_name
+    try:
+        return ConnectorSpec.model_validate(kept)
+    except ValidationError:
+        return None
