@@ -196,7 +196,7 @@ class ConnectorPipeline:
         return dag
 
     def _carriers(self, connector: ConnectorSpec) -> list[tuple[str, str]]:
-        from airflow_connectors.engine.runner import label_carriers
+        from airflow_connectors.spec.graph import label_carriers
 
         carriers = label_carriers(self.spec, connector.start_after or ())
         return [(e.partition(".")[0], e.partition(".")[2]) for e in carriers]

@@ -23,6 +23,7 @@ from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.engine.discovery import LeaseBusy, discover, finalize
 from airflow_connectors.settings import Settings
 from airflow_connectors.sinks.base import SinkUnwritable
+from airflow_connectors.spec.graph import label_carriers, start_order
 from airflow_connectors.spec.models import ConnectorSpec, PipelineSpec, TableSpec
 from airflow_connectors.state.store import ConnectorRef, ConnectorStopped, StateStore
 
@@ -77,52 +78,6 @@ def connector_paused(store: StateStore, ref: ConnectorRef, spec: ConnectorSpec) 
 def waiting_for(store: StateStore, pipeline: PipelineSpec, spec: ConnectorSpec) -> list[str]:
     """Endpoints carrying a label in ``spec.start_after`` that have not finished."""
     return unfinished(store, pipeline.name, label_carriers(pipeline, spec.start_after or ()))
-
-
-def label_carriers(pipeline: PipelineSpec, labels: tuple[str, ...] | list[str]) -> list[str]:
-    """``table.connector`` of every connector carrying one of ``labels``."""
-    wanted = set(labels)
-    return [
-        f"{table.name}.{other.name}"
-        for table, other in pipeline.connectors()
-        if not wanted.isdisjoint(other.labels)
-    ]
-
-
-def start_order(
-    targets: list[tuple[TableSpec, ConnectorSpec]],
-) -> list[tuple[TableSpec, ConnectorSpec]]:
-    """``targets`` with each connector after the targets carrying a label it waits for,
-    otherwise in spec order, so one round of an embedded run can start a whole
-    ``start_after`` chain, however it is declared. Kahn's algorithm (no recursion: chains
-    of thousands of connectors); connectors on a cycle, which validation rejects, keep
-    their spec order at the end."""
-    import heapq
-
-    carriers: dict[str, list[int]] = {}
-    for i, (_, c) in enumerate(targets):
-        for label in c.labels:
-            carriers.setdefault(label, []).append(i)
-    waiting_on = [0] * len(targets)  # carriers each target still waits for
-    unblocks: list[list[int]] = [[] for _ in targets]
-    for i, (_, c) in enumerate(targets):
-        for j in {j for label in c.start_after or () for j in carriers.get(label, ())}:
-            if j != i:
-                waiting_on[i] += 1
-                unblocks[j].append(i)
-    ready = [i for i, n in enumerate(waiting_on) if n == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for k in unblocks[i]:
-            waiting_on[k] -= 1
-            if waiting_on[k] == 0:
-                heapq.heappush(ready, k)
-    placed = set(order)
-    order += [i for i in range(len(targets)) if i not in placed]
-    return [targets[i] for i in order]
 
 
 def unfinished(store: StateStore, pipeline: str, endpoints: list[str]) -> list[str]:
