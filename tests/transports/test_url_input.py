@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from airflow_connectors.engine.batch import BatchFailed, run_batch
 from airflow_connectors.engine.discovery import context, discover
 from airflow_connectors.spec import TableSpec
 from airflow_connectors.state.store import ConnectorRef, StateStore
+from airflow_connectors.testing.jobs import kill
 from airflow_connectors.transports import Cursor, KeyOffset, Limits, WorkItem
 from airflow_connectors.transports.url_input import UrlInputConfig, UrlInputTransport
 
@@ -375,19 +375,6 @@ def start_job(batch_id: int, store_url: str) -> subprocess.Popen[bytes]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
-
-
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # until the JVM and workers are gone too
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    pytest.fail("processes of the killed job survived SIGKILL")
 
 
 def test_connection_dropped_mid_body_fails_then_resumes_at_the_committed_offset(
