@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from airflow_connectors.engine.runner import EmbeddedRunner, RunReport
 from airflow_connectors.settings import Settings
 from airflow_connectors.spec import PipelineSpec, parse_pipeline
 from airflow_connectors.state.store import ConnectorRef, ConnectorState, StateStore
+from airflow_connectors.testing.conformance import table_checksum as checksum  # noqa: F401 - for tests
 
 
 def pipeline(tables: dict[str, Any], name: str = "p", base_dir: Path | None = None) -> PipelineSpec:
@@ -43,9 +43,3 @@ def status(store_url: str, pipeline: str, table: str, connector: str) -> Connect
         store.close()
     assert st is not None, f"no state for {pipeline}.{table}.{connector}"
     return st
-
-
-def checksum(table: pa.Table, order_by: str) -> str:
-    """Order-independent content hash: rows sorted by ``order_by``, then hashed."""
-    rows = table.sort_by(order_by).to_pylist()
-    return hashlib.sha256(repr(rows).encode()).hexdigest()
