@@ -178,7 +178,8 @@ def _client(args: argparse.Namespace, *, required: bool = False) -> Any:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    from airflow_connectors.spec import SpecValidationError, load_pipeline
+    from airflow_connectors.catalog import load_pipeline
+    from airflow_connectors.spec import SpecValidationError
     from airflow_connectors.spec.redact import mask_text
 
     try:

@@ -37,7 +37,8 @@ from airflow.sdk import (
 
 from airflow_connectors.airflow.hooks.spark import DEFAULT_CONN_ID
 from airflow_connectors.airflow.timetables import ConnectorCronTimetable
-from airflow_connectors.spec import PipelineSpec, load_pipeline
+from airflow_connectors.catalog import load_pipeline
+from airflow_connectors.spec import PipelineSpec
 from airflow_connectors.spec.models import CRON_PRESETS, ConnectorSpec, TableSpec
 from airflow_connectors.spec.redact import mask_config
 

@@ -1,4 +1,13 @@
-"""Layer 1: pipeline specs. Pure: imports neither Airflow nor Spark."""
+"""Layer 1: pipeline specs. Pure: imports neither Airflow nor Spark, nor the plugins
+(transports, formats, sinks): validation looks them up in the :class:`Plugins` it is
+given (:mod:`airflow_connectors.catalog` passes the installed ones).
+
+- :mod:`.models`: the validated, immutable models; :mod:`.config`: their base model,
+  also the base of every plugin's ``Config``; :mod:`.types`: SQL column types.
+- :mod:`.files`: reading YAML/JSON/SQL spec files; :mod:`.validate`: validation;
+  :mod:`.errors`: the error type and its messages; :mod:`.graph`: the ``start_after``
+  graph; :mod:`.load`: a file read, then validated.
+"""
 
 from airflow_connectors.spec.errors import SpecError, SpecValidationError
 from airflow_connectors.spec.load import load_pipeline
@@ -13,8 +22,9 @@ from airflow_connectors.spec.models import (
     TransportSpec,
     TriggerSpec,
 )
+from airflow_connectors.spec.plugins import Plugins
 from airflow_connectors.spec.types import SqlType
-from airflow_connectors.spec.validate import parse_pipeline, validate_pipeline
+from airflow_connectors.spec.validate import parse_pipeline, resolve_connector, validate_pipeline
 
 __all__ = [
     "ColumnSpec",
@@ -22,6 +32,7 @@ __all__ = [
     "ErrorsSpec",
     "FormatSpec",
     "PipelineSpec",
+    "Plugins",
     "SinkSpec",
     "SpecError",
     "SpecValidationError",
@@ -31,5 +42,6 @@ __all__ = [
     "TriggerSpec",
     "load_pipeline",
     "parse_pipeline",
+    "resolve_connector",
     "validate_pipeline",
 ]

@@ -8,7 +8,8 @@ from pathlib import Path
 from airflow_connectors.spec.errors import SpecError, SpecValidationError, path_str
 from airflow_connectors.spec.files import read_spec_file
 from airflow_connectors.spec.models import PipelineSpec
-from airflow_connectors.spec.validate import _parse, parse_pipeline, validate_pipeline
+from airflow_connectors.spec.plugins import Plugins
+from airflow_connectors.spec.validate import parse_document, parse_pipeline, validate_pipeline
 
 # Also importable from here, where they lived before the split.
 __all__ = [
@@ -21,10 +22,17 @@ __all__ = [
 ]
 
 
-def load_pipeline(path: str | Path, *, pipeline: str | None = None) -> PipelineSpec:
+def load_pipeline(
+    path: str | Path, *, pipeline: str | None = None, plugins: Plugins | None = None
+) -> PipelineSpec:
     """Read a ``.yaml``/``.yml``/``.json`` spec or a ``.sql`` file of CREATE TABLE
     statements (pipeline name = file stem unless ``pipeline`` is given) and validate it."""
     spec_file = read_spec_file(path, pipeline=pipeline)
-    return _parse(
-        spec_file.doc, spec_file.pipeline, spec_file.base_dir, spec_file.source, spec_file.problems
+    return parse_document(
+        spec_file.doc,
+        name=spec_file.pipeline,
+        base_dir=spec_file.base_dir,
+        source=spec_file.source,
+        plugins=plugins,
+        earlier=spec_file.problems,
     )

@@ -3,6 +3,10 @@
 
 Validation collects every problem at once. Each problem carries the JSON path of the
 field and a message a user can act on (see :mod:`.errors`).
+
+The transports, formats and sinks a spec names are looked up in the :class:`Plugins`
+the caller passes: the spec layer sits below the plugins and imports none of them
+(:mod:`airflow_connectors.catalog` passes the installed ones).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from airflow_connectors.spec.models import (
     is_valid_label,
     is_valid_name,
 )
+from airflow_connectors.spec.plugins import Plugins, installed_plugins
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -45,22 +50,30 @@ ERRORS_SUFFIX = "__errors"
 
 
 def parse_pipeline(
-    doc: Any, *, name: str | None = None, base_dir: Path | None = None, source: str | None = None
-) -> PipelineSpec:
-    """Validate a spec document (the parsed YAML/JSON) and return the pipeline."""
-    return _parse(doc, name, base_dir, source, [])
-
-
-def _parse(
     doc: Any,
+    *,
+    name: str | None = None,
+    base_dir: Path | None = None,
+    source: str | None = None,
+    plugins: Plugins | None = None,
+) -> PipelineSpec:
+    """Validate a spec document (the parsed YAML/JSON) against ``plugins`` and return
+    the pipeline. Raises :class:`SpecValidationError` with every problem."""
+    return parse_document(doc, name=name, base_dir=base_dir, source=source, plugins=plugins)
+
+
+def parse_document(
+    doc: Any,
+    *,
     name: str | None,
     base_dir: Path | None,
     source: str | None,
-    earlier: list[SpecError],
+    plugins: Plugins | None,
+    earlier: Sequence[SpecError] = (),
 ) -> PipelineSpec:
-    """``earlier``: problems found while reading the file (duplicate keys), reported
-    together with the document's."""
-    v = _Validator(base_dir)
+    """:func:`parse_pipeline`; ``earlier``: problems found while reading the file
+    (duplicate keys), reported together with the document's."""
+    v = _Validator(base_dir, plugins)
     v.errors.extend(earlier)
     spec = v.pipeline(doc, name, source)
     if v.errors or spec is None:
@@ -69,17 +82,47 @@ def _parse(
 
 
 def validate_pipeline(
-    doc: Any, *, name: str | None = None, base_dir: Path | None = None
+    doc: Any,
+    *,
+    name: str | None = None,
+    base_dir: Path | None = None,
+    plugins: Plugins | None = None,
 ) -> list[SpecError]:
     """Every problem in ``doc``; empty when it is valid."""
-    v = _Validator(base_dir)
+    v = _Validator(base_dir, plugins)
     v.pipeline(doc, name, None)
     return v.errors
 
 
+def resolve_connector(
+    connector: ConnectorSpec,
+    table: TableSpec,
+    *,
+    plugins: Plugins | None = None,
+    base_dir: Path | None = None,
+) -> ConnectorSpec:
+    """The connector with its transport and format configs resolved and validated: the
+    transport's :meth:`resolve_config` (relative paths taken from ``base_dir``), each
+    config checked against its plugin's ``Config`` and the transport against the table's
+    columns, and the configs stored as the plugins normalise them.
+
+    The one check of a connector's plugin configs: loading a spec runs it on every
+    connector, and the Airflow tasks run it again on the configs as templated for their
+    run. Raises :class:`SpecValidationError` whose paths start at the connector
+    (``transport.config.path``)."""
+    errors: list[SpecError] = []
+    resolved = _resolve_connector(
+        connector, table, plugins or installed_plugins(), base_dir, [], errors
+    )
+    if errors or resolved is None:
+        raise SpecValidationError(errors)
+    return resolved
+
+
 class _Validator:
-    def __init__(self, base_dir: Path | None) -> None:
+    def __init__(self, base_dir: Path | None, plugins: Plugins | None) -> None:
         self.base_dir = base_dir
+        self.plugins = plugins or installed_plugins()
         self.errors: list[SpecError] = []
         # Connectors that parsed, even in tables with errors: start_after is checked
         # across all of them so every problem is reported at once.
@@ -260,18 +303,17 @@ class _Validator:
         return tuple(out), ok
 
     def sink(self, path: list[str | int], doc: Any) -> SinkSpec | None:
-        from airflow_connectors.sinks import SINKS
-
+        sinks = self.plugins.sinks
         spec = self.model(path, SinkSpec, doc if doc is not None else {})
         if spec is None:
             return None
-        if spec.name not in SINKS:
+        if spec.name not in sinks:
             self.error(
                 [*path, "name"],
-                f"unknown sink {spec.name!r}; available: {', '.join(SINKS.names())}",
+                f"unknown sink {spec.name!r}; available: {', '.join(sinks.names())}",
             )
             return None
-        if self.model([*path, "config"], SINKS.get(spec.name).Config, spec.config) is None:
+        if self.model([*path, "config"], sinks.get(spec.name).Config, spec.config) is None:
             return None
         return spec
 
@@ -323,11 +365,27 @@ class _Validator:
                 if partial is not None:
                     self.labels(cpath, partial)
                     self.parsed.append((table, i, partial))
-                    self.plugins(cpath, partial, table, columns, columns_ok=columns_ok)
+                    _resolve_connector(
+                        partial,
+                        TableSpec(name=table, columns=columns),
+                        self.plugins,
+                        self.base_dir,
+                        cpath,
+                        self.errors,
+                        columns_ok=columns_ok,
+                    )
                 continue
             ok = self.labels(cpath, spec) and ok
             self.parsed.append((table, i, spec))
-            spec = self.plugins(cpath, spec, table, columns, columns_ok=columns_ok)
+            spec = _resolve_connector(
+                spec,
+                TableSpec(name=table, columns=columns),
+                self.plugins,
+                self.base_dir,
+                cpath,
+                self.errors,
+                columns_ok=columns_ok,
+            )
             if spec is None:
                 ok = False
                 continue
@@ -343,84 +401,90 @@ class _Validator:
                 ok = False
         return ok
 
-    def plugins(
-        self,
-        cpath: list[str | int],
-        spec: ConnectorSpec,
-        table: str,
-        columns: tuple[ColumnSpec, ...],
-        *,
-        columns_ok: bool,
-    ) -> ConnectorSpec | None:
-        from airflow_connectors.formats import FORMATS
-        from airflow_connectors.transports import TRANSPORTS
+    def model(self, path: list[str | int], cls: type[M], doc: Any) -> M | None:
+        return validated(path, cls, doc, self.errors)
 
-        ok = True
-        tname = spec.transport.name
-        table_spec = TableSpec(name=table, columns=columns)
-        if tname not in TRANSPORTS:
-            hint = did_you_mean(tname, TRANSPORTS.names())
-            self.error(
-                [*cpath, "transport", "name"],
-                f"transport {tname!r} is not available yet{hint}; available transports: {', '.join(TRANSPORTS.names())}",
-            )
-            return None
-        tcls = TRANSPORTS.get(tname)
-        raw_config = dict(spec.transport.config)
-        raw_config = tcls.resolve_config(raw_config, self.base_dir)
-        tconfig = self.model([*cpath, "transport", "config"], tcls.Config, raw_config)
-        if tconfig is None:
+
+def _resolve_connector(
+    spec: ConnectorSpec,
+    table: TableSpec,
+    plugins: Plugins,
+    base_dir: Path | None,
+    cpath: Sequence[str | int],
+    errors: list[SpecError],
+    *,
+    columns_ok: bool = True,
+) -> ConnectorSpec | None:
+    """:func:`resolve_connector`, appending problems to ``errors`` at paths below
+    ``cpath``; ``columns_ok``: the table's columns are all valid, so the transport's
+    checks against them mean something."""
+
+    def problem(path: list[str | int], message: str) -> None:
+        errors.append(SpecError(path_str(path), message))
+
+    cpath = list(cpath)
+    ok = True
+    tname = spec.transport.name
+    if tname not in plugins.transports:
+        hint = did_you_mean(tname, plugins.transports.names())
+        problem(
+            [*cpath, "transport", "name"],
+            f"transport {tname!r} is not available yet{hint}; available transports: {', '.join(plugins.transports.names())}",
+        )
+        return None
+    tcls = plugins.transports.get(tname)
+    raw_config = dict(spec.transport.config)
+    raw_config = tcls.resolve_config(raw_config, base_dir)
+    tconfig = validated([*cpath, "transport", "config"], tcls.Config, raw_config, errors)
+    if tconfig is None:
+        ok = False
+    elif columns_ok:  # checks against the table's columns need all of them
+        try:
+            tcls(tconfig, table)
+        except ValueError as e:
+            problem([*cpath, "transport", "config"], str(e))
             ok = False
-        elif columns_ok:  # checks against the table's columns need all of them
-            try:
-                tcls(tconfig, table_spec)
-            except ValueError as e:
-                self.error([*cpath, "transport", "config"], str(e))
-                ok = False
+        spec = spec.model_copy(
+            update={
+                "transport": spec.transport.model_copy(
+                    update={"config": tconfig.model_dump(mode="json", exclude_unset=False)}
+                )
+            }
+        )
+    if spec.format is None:
+        if tcls.needs_format:
+            problem(
+                [*cpath, "format"],
+                f'transport {tname!r} needs a format; add "format": {{"name": ...}} with one of: {", ".join(plugins.formats.names())}',
+            )
+            ok = False
+    elif not tcls.needs_format:
+        problem(
+            [*cpath, "format"],
+            f"transport {tname!r} produces records itself and takes no format; remove 'format'",
+        )
+        ok = False
+    elif spec.format.name not in plugins.formats:
+        hint = did_you_mean(spec.format.name, plugins.formats.names())
+        problem(
+            [*cpath, "format", "name"],
+            f"format {spec.format.name!r} is not available{hint}; available formats: {', '.join(plugins.formats.names())}",
+        )
+        ok = False
+    else:
+        fcls = plugins.formats.get(spec.format.name)
+        fconfig = validated([*cpath, "format", "config"], fcls.Config, spec.format.config, errors)
+        if fconfig is None:
+            ok = False
+        else:
             spec = spec.model_copy(
                 update={
-                    "transport": spec.transport.model_copy(
-                        update={"config": tconfig.model_dump(mode="json", exclude_unset=False)}
+                    "format": spec.format.model_copy(
+                        update={"config": fconfig.model_dump(mode="json")}
                     )
                 }
             )
-        if spec.format is None:
-            if tcls.needs_format:
-                self.error(
-                    [*cpath, "format"],
-                    f'transport {tname!r} needs a format; add "format": {{"name": ...}} with one of: {", ".join(FORMATS.names())}',
-                )
-                ok = False
-        elif not tcls.needs_format:
-            self.error(
-                [*cpath, "format"],
-                f"transport {tname!r} produces records itself and takes no format; remove 'format'",
-            )
-            ok = False
-        elif spec.format.name not in FORMATS:
-            hint = did_you_mean(spec.format.name, FORMATS.names())
-            self.error(
-                [*cpath, "format", "name"],
-                f"format {spec.format.name!r} is not available{hint}; available formats: {', '.join(FORMATS.names())}",
-            )
-            ok = False
-        else:
-            fcls = FORMATS.get(spec.format.name)
-            fconfig = self.model([*cpath, "format", "config"], fcls.Config, spec.format.config)
-            if fconfig is None:
-                ok = False
-            else:
-                spec = spec.model_copy(
-                    update={
-                        "format": spec.format.model_copy(
-                            update={"config": fconfig.model_dump(mode="json")}
-                        )
-                    }
-                )
-        return spec if ok else None
-
-    def model(self, path: list[str | int], cls: type[M], doc: Any) -> M | None:
-        return validated(path, cls, doc, self.errors)
+    return spec if ok else None
 
 
 def _without_bad_fields(doc: dict[str, Any], default_name: str) -> ConnectorSpec | None:

@@ -1,0 +1,55 @@
+"""The installed plugins wired into spec loading.
+
+The spec layer validates against the :class:`~airflow_connectors.spec.plugins.Plugins`
+it is given and imports no plugin; this module, above both, gives it the installed
+transports, formats and sinks (built-ins plus the entry-point groups of third parties).
+The CLI, the Airflow rendering and the Airflow tasks load and check specs through it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from airflow_connectors.formats import FORMATS
+from airflow_connectors.sinks import SINKS
+from airflow_connectors.spec import load as _load
+from airflow_connectors.spec import validate as _validate
+from airflow_connectors.spec.errors import SpecError
+from airflow_connectors.spec.models import ConnectorSpec, PipelineSpec, TableSpec
+from airflow_connectors.spec.plugins import Plugins
+from airflow_connectors.transports import TRANSPORTS
+
+#: The installed plugins.
+PLUGINS = Plugins(transports=TRANSPORTS, formats=FORMATS, sinks=SINKS)
+
+
+def load_pipeline(path: str | Path, *, pipeline: str | None = None) -> PipelineSpec:
+    """:func:`airflow_connectors.spec.load.load_pipeline` against the installed plugins."""
+    return _load.load_pipeline(path, pipeline=pipeline, plugins=PLUGINS)
+
+
+def parse_pipeline(
+    doc: Any, *, name: str | None = None, base_dir: Path | None = None, source: str | None = None
+) -> PipelineSpec:
+    """:func:`airflow_connectors.spec.validate.parse_pipeline` against the installed
+    plugins."""
+    return _validate.parse_pipeline(
+        doc, name=name, base_dir=base_dir, source=source, plugins=PLUGINS
+    )
+
+
+def validate_pipeline(
+    doc: Any, *, name: str | None = None, base_dir: Path | None = None
+) -> list[SpecError]:
+    """:func:`airflow_connectors.spec.validate.validate_pipeline` against the installed
+    plugins."""
+    return _validate.validate_pipeline(doc, name=name, base_dir=base_dir, plugins=PLUGINS)
+
+
+def resolve_connector(
+    connector: ConnectorSpec, table: TableSpec, *, base_dir: Path | None = None
+) -> ConnectorSpec:
+    """:func:`airflow_connectors.spec.validate.resolve_connector` against the installed
+    plugins: the one check of a connector's transport and format configs."""
+    return _validate.resolve_connector(connector, table, plugins=PLUGINS, base_dir=base_dir)

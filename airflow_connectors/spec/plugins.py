@@ -1,0 +1,47 @@
+"""What spec validation needs of the plugins: each kind looked up by name.
+
+The spec layer sits below the transports, formats and sinks and imports none of them;
+whoever validates a spec passes a :class:`Plugins`. The installed plugins (built-ins and
+entry points) are wired in :mod:`airflow_connectors.catalog`, a module above both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class PluginLookup(Protocol):
+    """Plugins of one kind by name (``airflow_connectors._registry.Registry``)."""
+
+    def names(self) -> list[str]: ...
+
+    def __contains__(self, name: str) -> bool: ...
+
+    def get(self, name: str) -> Any:
+        """The plugin class: a transport's has ``Config``, ``resolve_config``,
+        ``needs_format`` and is built from ``(config, table)``; a format's and a sink's
+        have ``Config``."""
+        ...
+
+
+@dataclass(frozen=True)
+class Plugins:
+    """The transports, formats and sinks a spec may name."""
+
+    transports: PluginLookup
+    formats: PluginLookup
+    sinks: PluginLookup
+
+
+def installed_plugins() -> Plugins:
+    """The installed plugins, for callers that pass none.
+
+    Transitional: callers outside the spec layer (the testing kit, the sensors, tests and
+    benchmarks) still call ``parse_pipeline``/``load_pipeline`` without plugins. The
+    import is deferred to the call, and goes to the wiring module above both layers, so
+    importing the spec imports no plugin; once every caller passes ``plugins`` (or uses
+    :mod:`airflow_connectors.catalog`), this fallback goes."""
+    from airflow_connectors.catalog import PLUGINS
+
+    return PLUGINS
