@@ -1,7 +1,18 @@
 """Named points in the batch protocol where tests inject crashes (Feldera-style fail
 points). With ``AIRFLOW_CONNECTORS_FAILPOINT_DIR`` set, passing a point creates a marker
-file there; a point listed in ``AIRFLOW_CONNECTORS_FAILPOINTS`` also stops the process
-there until it is killed, so a test can SIGKILL it at exactly that point."""
+file there. ``AIRFLOW_CONNECTORS_FAILPOINTS`` lists points (comma-separated) where the
+process stops:
+
+- ``name``: until it is killed, so a test can SIGKILL it at exactly that point;
+- ``name:pause``: until the file ``<name>.resume`` appears in the folder, so a test can
+  line two processes up at one point (two attempts of a batch racing to commit) and
+  release them together.
+
+The points, in the order a batch passes them: ``before_sink_write``,
+``sink_write_started``, ``after_sink_write``, ``after_commit`` (:mod:`.batch`) and
+``mid_publish`` (the Parquet sink, after publishing one part of a committed batch while
+more remain).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +26,11 @@ def reach(name: str) -> None:
         return
     with open(os.path.join(folder, name), "w") as fh:
         fh.write(str(os.getpid()))
-    if name in os.environ.get("AIRFLOW_CONNECTORS_FAILPOINTS", "").split(","):
+    stops = os.environ.get("AIRFLOW_CONNECTORS_FAILPOINTS", "").split(",")
+    if name in stops:
         while True:  # wait for the test's SIGKILL
             time.sleep(1)
+    if f"{name}:pause" in stops:
+        resume = os.path.join(folder, f"{name}.resume")
+        while not os.path.exists(resume):
+            time.sleep(0.02)

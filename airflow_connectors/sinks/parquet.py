@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from airflow_connectors.engine import failpoints
 from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkUnwritable
 from airflow_connectors.transports.base import StrictConfig
 
@@ -160,17 +161,29 @@ class ParquetSink(Sink):
         )
 
     def publish(self, batch_id: int, attempt: str) -> None:
+        # Re-run after a crash between two parts (rolled forward), and possibly beside
+        # another run publishing the same committed attempt (an Airflow retry beside a
+        # zombie task): a part is done once it is in the table, whoever moved it.
         staging = self._staging(batch_id, attempt)
+        parts: list[tuple[str, str, str]] = []
         for kind in KINDS:
             src = os.path.join(staging, kind)
-            if not os.path.isdir(src):
-                continue
-            dest = self.location(kind)
+            try:
+                names = sorted(n for n in os.listdir(src) if n.endswith(".parquet"))
+            except FileNotFoundError:
+                continue  # no part of this kind, or every part of it was published
+            except OSError as e:
+                raise unwritable(src, e) from e
+            parts += [(src, self.location(kind), name) for name in names]
+        for n, (src, dest, name) in enumerate(parts):
+            if n:
+                failpoints.reach("mid_publish")
             try:
                 os.makedirs(dest, exist_ok=True)
-                for name in sorted(os.listdir(src)):
-                    if name.endswith(".parquet"):
-                        os.replace(os.path.join(src, name), os.path.join(dest, name))
+                os.replace(os.path.join(src, name), os.path.join(dest, name))
+            except FileNotFoundError as e:
+                if not os.path.exists(os.path.join(dest, name)):
+                    raise unwritable(dest, e) from e
             except OSError as e:
                 raise unwritable(dest, e) from e
         self.discard(batch_id)
