@@ -22,6 +22,7 @@ from airflow_connectors.state.store import (
     ConnectorStopped,
     StateStore,
 )
+from airflow_connectors.testing.jobs import kill, start_job
 
 REF = ConnectorRef("p", "t", "c")
 State = control.State
@@ -159,7 +160,10 @@ def test_concurrent_planner_is_skipped_in_one_line(
 class _LoserSpark:
     """Spark for the losing run of a batch: the winning run ingests and publishes the
     same batch first (real Spark), then this attempt's job fails on its staging file,
-    which the winner's publish removed (injected: the timing cannot be forced)."""
+    which the winner's publish removed. Injected, because that interleaving cannot be
+    forced between processes; the real race of two job processes is
+    ``test_two_job_processes_of_one_batch_started_at_once`` below (and, lined up at
+    the commit, tests/engine/test_exactly_once.py)."""
 
     def __init__(self, store: StateStore, batch_id: int, spark: Any) -> None:
         self.store, self.batch_id, self.real = store, batch_id, spark
@@ -193,6 +197,42 @@ def test_concurrent_run_of_a_batch_leaves_no_failure(
     # RUNNING after a later clean run: its failed batch is no longer in flight.
     store._update_connector(REF, state="FAILED", fatal_error="staging file vanished")
     settings = Settings(state_store_url=sqlite_url, warehouse=wh, spark_master="local[2]")
-    EmbeddedRunner(spec, settings, store=store, spark=_no_spark()).run()
+    EmbeddedRunner(spec, settings, store=store, spark=_no_spark).run()
     assert view(store).state == State.RUNNING
     store.close()
+
+
+@pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
+def test_two_job_processes_of_one_batch_started_at_once(store_url: str, tmp_path: Path) -> None:
+    """An Airflow retry beside a zombie task: two real ingest jobs of one batch started
+    at the same moment, with whatever timing the machine gives them (the loser may lose
+    the commit, find its staging folder removed by the winner's publish, or start late
+    and roll the publish forward beside the winner). Both end cleanly, exactly one
+    commits, the connector is not FAILED, the rows land once and nothing is left staged."""
+    rows = 20_000
+    store = StateStore(store_url)
+    [batch] = discover(store, context(tmp_path / "wh", limit=rows)).batch_ids
+    marks = [tmp_path / "a", tmp_path / "b"]
+    for m in marks:
+        m.mkdir()
+    jobs = [start_job([batch], store_url, m, spark_master="local[1]") for m in marks]
+    try:
+        outs = [proc.communicate(timeout=300)[0].decode(errors="replace") for proc in jobs]
+    finally:
+        for proc in jobs:
+            if proc.poll() is None:
+                kill(proc)
+    assert [proc.returncode for proc in jobs] == [0, 0], "\n---\n".join(outs)
+    committed = [out for out in outs if f"batch {batch} committed" in out]
+    assert len(committed) == 1, "\n---\n".join(outs)
+    st = store.status(REF)
+    assert st is not None and (st.state, st.total_records, st.fatal_error) == (
+        "RUNNING",
+        rows,
+        None,
+    )
+    assert store.pending_batches(REF) == [] and store.unpublished_batches(REF) == []
+    store.close()
+    ids = read_table(str(tmp_path / "wh"), "p", "t").column("id").to_pylist()
+    assert sorted(ids) == list(range(rows))
+    assert [p for p in (tmp_path / "wh").rglob("*") if p.is_file() and "_staging" in p.parts] == []
