@@ -26,7 +26,7 @@ from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.engine.reader import ItemFailure, ingest_partition
 from airflow_connectors.sinks.base import Sink, SinkUnwritable
 from airflow_connectors.spec.redact import mask_text, secret_values
-from airflow_connectors.state.store import ErrorRecord, ItemReceipt, StateStore
+from airflow_connectors.state.store import BatchStatus, ErrorRecord, ItemReceipt, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
     t0 = time.monotonic()
     batch = store.load_batch(batch_id)
     ctx = BatchContext.from_plan(batch.plan, batch_id)
-    if batch.status == "committed":
+    if batch.status == BatchStatus.COMMITTED:
         if not batch.published and batch.attempt:
             publish_committed(store, ctx, batch_id, batch.attempt)
         log.info("%s batch %d is already committed; nothing to do", ctx.ref, batch_id)

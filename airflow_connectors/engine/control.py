@@ -31,6 +31,7 @@ from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.state.store import (
     ConnectorRef,
     ConnectorState,
+    ConnectorStatus,
     ConnectorStopped,
     StateStore,
 )
@@ -54,14 +55,15 @@ log = logging.getLogger(__name__)
 
 
 class State(StrEnum):
-    """Kafka Connect's connector states."""
+    """Kafka Connect's connector states: the store's :class:`ConnectorStatus` (what the
+    connector's runs did) plus PAUSED and STOPPED, which come from flags."""
 
-    UNASSIGNED = "UNASSIGNED"
-    RUNNING = "RUNNING"
+    UNASSIGNED = ConnectorStatus.UNASSIGNED.value
+    RUNNING = ConnectorStatus.RUNNING.value
     PAUSED = "PAUSED"
     STOPPED = "STOPPED"
-    FAILED = "FAILED"
-    RESTARTING = "RESTARTING"
+    FAILED = ConnectorStatus.FAILED.value
+    RESTARTING = ConnectorStatus.RESTARTING.value
 
 
 @dataclass(frozen=True)
@@ -117,13 +119,13 @@ def connector_view(
         return view(State.STOPPED)
     if own_paused or pipeline_paused:
         return view(State.PAUSED)
-    if record is None or record.state == State.UNASSIGNED:
+    if record is None or record.state == ConnectorStatus.UNASSIGNED:
         return view(State.UNASSIGNED)
-    if record.state == State.RESTARTING:
+    if record.state == ConnectorStatus.RESTARTING:
         return view(State.RESTARTING)
     if failed_task_trace is not None:
         return view(State.FAILED, failed_task_trace or record.fatal_error)
-    if record.state == State.FAILED and record.buffered_batches > 0:
+    if record.state == ConnectorStatus.FAILED and record.buffered_batches > 0:
         return view(State.FAILED, record.fatal_error)
     return view(State.RUNNING)
 

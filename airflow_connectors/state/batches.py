@@ -1,0 +1,332 @@
+"""The batch protocol: plan, attempt, commit (offsets, metrics and the batch state in
+one transaction), publish, fail and release. See the protocol at the top of
+``engine/batch.py``; offsets change only in :meth:`Batches.commit_batch`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from airflow_connectors.state import schema as s
+from airflow_connectors.state.connectors import Connectors
+from airflow_connectors.state.records import (
+    Batch,
+    BatchStatus,
+    ConnectorRef,
+    ConnectorStatus,
+    ConnectorStopped,
+    ErrorRecord,
+    ItemReceipt,
+)
+from airflow_connectors.transports.base import Cursor, KeyOffset
+
+
+class Batches(Connectors):
+    """Batches of a connector (``ac_batches``) and the offsets their commits write."""
+
+    def cursor(self, ref: ConnectorRef) -> Cursor:
+        with self.tx() as conn:
+            rows = conn.execute(
+                sa.select(
+                    s.offsets.c.key,
+                    s.offsets.c.offset,
+                    s.offsets.c.records,
+                    s.offsets.c.completed,
+                    s.offsets.c.meta,
+                ).where(ref.where(s.offsets))
+            ).all()
+            first = conn.execute(
+                sa.select(s.connectors.c.first_discovered_at).where(ref.where(s.connectors))
+            ).scalar()
+            plans = (
+                conn.execute(
+                    sa.select(s.batches.c.plan).where(
+                        ref.where(s.batches), s.batches.c.status == BatchStatus.PLANNED.value
+                    )
+                )
+                .scalars()
+                .all()
+            )
+        in_flight = frozenset(item["key"] for plan in plans for item in plan["items"])
+        return Cursor(
+            offsets={
+                r.key: KeyOffset(r.offset, r.records, bool(r.completed), r.meta or {}) for r in rows
+            },
+            in_flight=in_flight,
+            first_discovered_at=first,
+        )
+
+    def pending_batches(self, ref: ConnectorRef) -> list[Batch]:
+        return self._batches(ref, s.batches.c.status == BatchStatus.PLANNED.value)
+
+    def unpublished_batches(self, ref: ConnectorRef) -> list[Batch]:
+        return self._batches(
+            ref,
+            sa.and_(
+                s.batches.c.status == BatchStatus.COMMITTED.value, s.batches.c.published.is_(False)
+            ),
+        )
+
+    def batches(self, ref: ConnectorRef) -> list[Batch]:
+        return self._batches(ref, sa.true())
+
+    def _batches(self, ref: ConnectorRef, cond: sa.ColumnElement[bool]) -> list[Batch]:
+        with self.tx() as conn:
+            rows = conn.execute(
+                sa.select(s.batches)
+                .where(ref.where(s.batches), cond)
+                .order_by(s.batches.c.batch_id)
+            ).all()
+        return [_batch(r) for r in rows]
+
+    def plan_batches(
+        self, ref: ConnectorRef, plans: Sequence[dict[str, Any]], now: float | None = None
+    ) -> list[int]:
+        """Persist batch plans before any data moves; returns their ids."""
+        now = now or time.time()
+        ids = []
+        with self.tx() as conn:
+            self.ensure_connector(ref, conn)
+            if conn.execute(
+                sa.select(s.connectors.c.stopped).where(ref.where(s.connectors))
+            ).scalar():
+                # A run that passed its gate before the stop: plan nothing, so the
+                # offsets stay still while they may be edited.
+                raise ConnectorStopped(
+                    f"connector {ref} was stopped while this run was planning; nothing was "
+                    "planned. Resume it to run it again."
+                )
+            for plan in plans:
+                items = plan["items"]
+                counts = [i.get("records") for i in items]
+                sizes = [
+                    i.get("end") - i.get("start", 0) if i.get("end") is not None else None
+                    for i in items
+                ]
+                result = conn.execute(
+                    sa.insert(s.batches).values(
+                        pipeline=ref.pipeline,
+                        table_name=ref.table,
+                        connector=ref.connector,
+                        status=BatchStatus.PLANNED.value,
+                        plan=plan,
+                        planned_records=_total(counts),
+                        planned_items=len(items),
+                        planned_bytes=_total(sizes),
+                        attempts=0,
+                        created_at=now,
+                        published=False,
+                    )
+                )
+                key = result.inserted_primary_key
+                assert key is not None
+                ids.append(int(key[0]))
+            conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors), s.connectors.c.first_discovered_at.is_(None))
+                .values(first_discovered_at=now)
+            )
+            conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors))
+                .values(end_of_input=False, state=ConnectorStatus.RUNNING.value, updated_at=now)
+            )
+        return ids
+
+    def load_batch(self, batch_id: int) -> Batch:
+        with self.tx() as conn:
+            row = conn.execute(sa.select(s.batches).where(s.batches.c.batch_id == batch_id)).first()
+        if row is None:
+            raise KeyError(f"batch {batch_id} does not exist in the state store {self.safe_url}")
+        return _batch(row)
+
+    def start_attempt(self, batch_id: int) -> int:
+        with self.tx() as conn:
+            conn.execute(
+                sa.update(s.batches)
+                .where(s.batches.c.batch_id == batch_id)
+                .values(attempts=s.batches.c.attempts + 1)
+            )
+            return int(
+                conn.execute(
+                    sa.select(s.batches.c.attempts).where(s.batches.c.batch_id == batch_id)
+                ).scalar_one()
+            )
+
+    def commit_batch(
+        self,
+        batch_id: int,
+        attempt: str,
+        receipts: Sequence[ItemReceipt],
+        errors: Sequence[ErrorRecord],
+    ) -> bool:
+        """Offsets, metrics, errors and the batch state in one transaction. Returns
+        False (and changes nothing) when the batch is already committed."""
+        now = time.time()
+        with self.tx() as conn:
+            row = conn.execute(
+                sa.select(
+                    s.batches.c.status,
+                    s.batches.c.pipeline,
+                    s.batches.c.table_name,
+                    s.batches.c.connector,
+                )
+                .where(s.batches.c.batch_id == batch_id)
+                .with_for_update()
+            ).first()
+            if row is None:
+                raise KeyError(f"batch {batch_id} does not exist")
+            if row.status != BatchStatus.PLANNED.value:
+                return False
+            ref = ConnectorRef(row.pipeline, row.table_name, row.connector)
+            updated = conn.execute(
+                sa.update(s.batches)
+                .where(
+                    s.batches.c.batch_id == batch_id,
+                    s.batches.c.status == BatchStatus.PLANNED.value,
+                )
+                .values(
+                    status=BatchStatus.COMMITTED.value,
+                    attempt=attempt,
+                    committed_at=now,
+                    records=sum(r.records for r in receipts),
+                    bytes=sum(r.bytes for r in receipts),
+                    parse_errors=sum(r.bad for r in receipts),
+                )
+            ).rowcount
+            if updated != 1:
+                return False
+            for r in receipts:
+                values = {
+                    "offset": r.offset,
+                    "records": r.records_done + r.records + r.bad,
+                    "completed": r.completed,
+                    "meta": r.meta,
+                    "batch_id": batch_id,
+                }
+                n = conn.execute(
+                    sa.update(s.offsets)
+                    .where(ref.where(s.offsets), s.offsets.c.key == r.key)
+                    .values(**values)
+                ).rowcount
+                if not n:
+                    conn.execute(
+                        sa.insert(s.offsets).values(
+                            pipeline=ref.pipeline,
+                            table_name=ref.table,
+                            connector=ref.connector,
+                            key=r.key,
+                            **values,
+                        )
+                    )
+            c = s.connectors.c
+            conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors))
+                .values(
+                    total_records=c.total_records + sum(r.records for r in receipts),
+                    total_bytes=c.total_bytes + sum(r.bytes for r in receipts),
+                    num_parse_errors=c.num_parse_errors + sum(r.bad for r in receipts),
+                    # Unreadable objects a batch skipped (errors.tolerance: all).
+                    num_transport_errors=c.num_transport_errors
+                    + sum(e.kind == "transport" for e in errors),
+                    fatal_error=None,
+                    state=ConnectorStatus.RUNNING.value,
+                    updated_at=now,
+                )
+            )
+            self._add_errors(conn, ref, errors, batch_id, now)
+        return True
+
+    def mark_published(self, batch_id: int) -> None:
+        with self.tx() as conn:
+            conn.execute(
+                sa.update(s.batches).where(s.batches.c.batch_id == batch_id).values(published=True)
+            )
+
+    def record_failure(
+        self,
+        ref: ConnectorRef,
+        message: str,
+        *,
+        batch_id: int | None = None,
+        kind: str = "transport",
+        source_key: str | None = None,
+        record_number: int | None = None,
+    ) -> bool:
+        """A batch failed: keep the trace as the connector's fatal error (state FAILED).
+
+        Returns False and records nothing when the batch is no longer planned: another
+        attempt committed it meanwhile (concurrent runs of one connector), or a stop
+        released it; its failure then says nothing about the connector."""
+        now = time.time()
+        with self.tx() as conn:
+            if batch_id is not None:
+                status = conn.execute(
+                    sa.select(s.batches.c.status).where(s.batches.c.batch_id == batch_id)
+                ).scalar()
+                if status != BatchStatus.PLANNED.value:
+                    return False
+            self.ensure_connector(ref, conn)
+            c = s.connectors.c
+            bump = (
+                {"num_transport_errors": c.num_transport_errors + 1} if kind == "transport" else {}
+            )
+            conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors))
+                .values(
+                    fatal_error=message, state=ConnectorStatus.FAILED.value, updated_at=now, **bump
+                )
+            )
+            self._add_errors(
+                conn, ref, [ErrorRecord(kind, message, source_key, record_number)], batch_id, now
+            )
+        return True
+
+    def batch_error(self, batch_id: int) -> str | None:
+        """The latest error recorded for a batch (the trace of its failed task)."""
+        with self.tx() as conn:
+            return conn.execute(
+                sa.select(s.errors.c.message)
+                .where(s.errors.c.batch_id == batch_id)
+                .order_by(s.errors.c.id.desc())
+                .limit(1)
+            ).scalar()
+
+    def drop_planned_batch(self, batch_id: int) -> bool:
+        """Forget a planned (uncommitted) batch: its items become new work again."""
+        with self.tx() as conn:
+            n = conn.execute(
+                sa.delete(s.batches).where(
+                    s.batches.c.batch_id == batch_id,
+                    s.batches.c.status == BatchStatus.PLANNED.value,
+                )
+            ).rowcount
+        return n == 1
+
+
+def _batch(r: Any) -> Batch:
+    return Batch(
+        batch_id=r.batch_id,
+        ref=ConnectorRef(r.pipeline, r.table_name, r.connector),
+        status=BatchStatus(r.status),
+        plan=r.plan,
+        planned_records=r.planned_records,
+        planned_items=r.planned_items,
+        attempt=r.attempt,
+        published=bool(r.published),
+        records=r.records,
+        committed_at=r.committed_at,
+        created_at=r.created_at,
+    )
+
+
+def _total(values: list[int | None]) -> int | None:
+    """The sum, or None when any value is unknown."""
+    if any(v is None for v in values):
+        return None
+    return sum(v for v in values if v is not None)

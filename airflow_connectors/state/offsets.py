@@ -1,0 +1,91 @@
+"""Reading and editing committed offsets (Kafka Connect's KIP-875): only a stopped
+connector's offsets change outside a batch commit."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from airflow_connectors.state import schema as s
+from airflow_connectors.state.connectors import Connectors
+from airflow_connectors.state.records import BatchStatus, ConnectorNotStopped, ConnectorRef
+
+
+class Offsets(Connectors):
+    """Committed offsets per source key (``ac_offsets``)."""
+
+    def offsets(self, ref: ConnectorRef) -> list[dict[str, Any]]:
+        """Committed offsets per source key."""
+        with self.tx() as conn:
+            rows = conn.execute(
+                sa.select(s.offsets).where(ref.where(s.offsets)).order_by(s.offsets.c.key)
+            ).all()
+        return [
+            {
+                "key": r.key,
+                "offset": r.offset,
+                "records": r.records,
+                "completed": bool(r.completed),
+                **({"meta": r.meta} if r.meta else {}),
+            }
+            for r in rows
+        ]
+
+    def edit_offsets(self, ref: ConnectorRef, entries: Sequence[dict[str, Any]] | None) -> None:
+        """Set the offsets of the given keys (``offset: None`` forgets a key), or forget
+        every key (``entries=None``). Only a stopped connector's offsets may change:
+        nothing is in flight then."""
+        with self.tx() as conn:
+            stopped = conn.execute(
+                sa.select(s.connectors.c.stopped).where(ref.where(s.connectors))
+            ).scalar()
+            if not stopped:
+                raise ConnectorNotStopped(
+                    f"connector {ref} is not stopped; stop it first (its planned batches are "
+                    "then released), edit its offsets, then resume it"
+                )
+            in_flight = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(s.batches)
+                .where(ref.where(s.batches), s.batches.c.status == BatchStatus.PLANNED.value)
+            ).scalar()
+            if in_flight:
+                raise ConnectorNotStopped(
+                    f"connector {ref} has {in_flight} planned batch(es) in flight; stop it "
+                    "again (which releases them), then edit its offsets"
+                )
+            if entries is None:
+                conn.execute(sa.delete(s.offsets).where(ref.where(s.offsets)))
+            for e in entries or ():
+                where = sa.and_(ref.where(s.offsets), s.offsets.c.key == e["key"])
+                conn.execute(sa.delete(s.offsets).where(where))
+                if e.get("offset") is not None:
+                    conn.execute(
+                        sa.insert(s.offsets).values(
+                            pipeline=ref.pipeline,
+                            table_name=ref.table,
+                            connector=ref.connector,
+                            key=e["key"],
+                            offset=int(e["offset"]),
+                            records=int(e.get("records", 0)),
+                            completed=bool(e.get("completed", False)),
+                            meta=e.get("meta"),
+                            batch_id=0,
+                        )
+                    )
+            # The input is no longer known to be exhausted, and re-reading it is a new
+            # finish: its `finished` event is emitted again.
+            conn.execute(
+                sa.update(s.connectors)
+                .where(ref.where(s.connectors))
+                .values(
+                    end_of_input=False,
+                    finished_at=None,
+                    finished_signalled_for=None,
+                    finished_signal_run=None,
+                    updated_at=time.time(),
+                )
+            )

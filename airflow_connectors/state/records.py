@@ -1,0 +1,155 @@
+"""What the state store hands out and takes in: typed records and the state enums.
+
+The enums' values are what the store's columns hold; write ``.value`` to the database
+(a driver may adapt an enum by its name)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+
+
+class BatchStatus(StrEnum):
+    """A batch's place in the exactly-once protocol (column ``ac_batches.status``)."""
+
+    #: Persisted by discovery before any data moved; re-run until it commits.
+    PLANNED = "planned"
+    #: Offsets, metrics and the batch committed in one transaction.
+    COMMITTED = "committed"
+
+
+class ConnectorStatus(StrEnum):
+    """What the store records of a connector's runs (column ``ac_connectors.state``).
+
+    Pause and stop are flags of their own; the state a user sees (Kafka Connect's, with
+    PAUSED and STOPPED) is derived from both by ``engine.control.connector_view``."""
+
+    UNASSIGNED = "UNASSIGNED"  # never planned
+    RUNNING = "RUNNING"
+    FAILED = "FAILED"  # the last batch failed; its trace is the fatal error
+    RESTARTING = "RESTARTING"  # until the next batch commits or fails
+
+
+@dataclass(frozen=True)
+class ConnectorRef:
+    pipeline: str
+    table: str
+    connector: str
+
+    @property
+    def endpoint_name(self) -> str:
+        return f"{self.table}.{self.connector}"
+
+    def __str__(self) -> str:
+        return f"{self.pipeline}.{self.table}.{self.connector}"
+
+    def where(self, t: sa.Table) -> sa.ColumnElement[bool]:
+        return sa.and_(
+            t.c.pipeline == self.pipeline,
+            t.c.table_name == self.table,
+            t.c.connector == self.connector,
+        )
+
+
+@dataclass(frozen=True)
+class ItemReceipt:
+    """What reading one work item did; the commit turns it into the key's offset."""
+
+    key: str
+    offset: int  # where the next read of this key starts
+    records: int  # good rows written
+    bad: int  # records that failed to parse
+    bytes: int
+    completed: bool
+    records_done: int  # records of this key committed before this batch
+    #: Transport bookkeeping kept with the offset, e.g. ``{"seen": n}``: bytes up to n
+    #: were looked at (a partial last line stays unread until the file grows past n).
+    meta: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    kind: str  # parse | transport
+    message: str
+    source_key: str | None = None
+    record_number: int | None = None
+
+
+@dataclass
+class Batch:
+    batch_id: int
+    ref: ConnectorRef
+    status: BatchStatus
+    plan: dict[str, Any]
+    planned_records: int | None
+    planned_items: int
+    attempt: str | None  # the committed attempt
+    published: bool
+    records: int | None = None
+    committed_at: float | None = None
+    created_at: float = 0.0
+
+
+@dataclass
+class ConnectorState:
+    """A connector's row with its buffered batches and latest errors."""
+
+    ref: ConnectorRef
+    paused: bool | None = None
+    end_of_input: bool = False
+    total_records: int = 0
+    total_bytes: int = 0
+    num_parse_errors: int = 0
+    num_transport_errors: int = 0
+    fatal_error: str | None = None
+    state: ConnectorStatus = ConnectorStatus.UNASSIGNED
+    stopped: bool = False
+    finished_at: float | None = None
+    buffered_records: int = 0
+    buffered_batches: int = 0
+    parse_errors: list[dict[str, Any]] = field(default_factory=list)
+    transport_errors: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        """Feldera's test: end of input and nothing planned-but-uncommitted."""
+        return self.end_of_input and self.buffered_batches == 0
+
+    def feldera_status(self, *, state: str, paused: bool) -> dict[str, Any]:
+        """Feldera's ``InputEndpointStatus`` shape, plus the Kafka Connect ``state``.
+
+        ``state`` and ``paused`` are derived by ``engine.control.connector_view`` (the
+        record alone does not know whether the connector's DAG is paused)."""
+        return {
+            "endpoint_name": self.ref.endpoint_name,
+            "config": {"stream": self.ref.table},
+            "metrics": {
+                "total_bytes": self.total_bytes,
+                "total_records": self.total_records,
+                "buffered_records": self.buffered_records,
+                "num_transport_errors": self.num_transport_errors,
+                "num_parse_errors": self.num_parse_errors,
+                "end_of_input": self.end_of_input,
+            },
+            "paused": paused,
+            "state": state,
+            # A failure another attempt or a later run superseded is not fatal any more
+            # (it stays in the transport errors).
+            "fatal_error": self.fatal_error if state == "FAILED" else None,
+            "parse_errors": self.parse_errors,
+            "transport_errors": self.transport_errors,
+        }
+
+
+class ConnectorNotStopped(RuntimeError):
+    """Offsets change only while the connector is stopped."""
+
+
+class ConnectorStopped(RuntimeError):
+    """A stopped connector plans nothing and runs only after ``resume``."""
