@@ -141,10 +141,29 @@ def task_state(connector: State, task: str) -> str:
 def feldera_status(
     ref: ConnectorRef, record: ConnectorState | None, view: ConnectorView
 ) -> dict[str, Any]:
-    """Feldera's ``InputEndpointStatus`` with the Kafka Connect ``state`` of ``view``."""
-    return (record or ConnectorState(ref=ref)).feldera_status(
-        state=view.state.value, paused=view.paused
-    )
+    """Feldera's ``InputEndpointStatus`` with the Kafka Connect ``state`` and the
+    ``paused`` of ``view`` (the record alone does not know whether the connector's DAG
+    is paused); ``record`` None: a connector that never ran."""
+    st = record or ConnectorState(ref=ref)
+    return {
+        "endpoint_name": ref.endpoint_name,
+        "config": {"stream": ref.table},
+        "metrics": {
+            "total_bytes": st.total_bytes,
+            "total_records": st.total_records,
+            "buffered_records": st.buffered_records,
+            "num_transport_errors": st.num_transport_errors,
+            "num_parse_errors": st.num_parse_errors,
+            "end_of_input": st.end_of_input,
+        },
+        "paused": view.paused,
+        "state": view.state.value,
+        # A failure another attempt or a later run superseded is not fatal any more
+        # (it stays in the transport errors).
+        "fatal_error": st.fatal_error if view.state == State.FAILED else None,
+        "parse_errors": st.parse_errors,
+        "transport_errors": st.transport_errors,
+    }
 
 
 def halted(store: StateStore, ref: ConnectorRef, *, spec_paused: bool = False) -> str | None:

@@ -98,7 +98,8 @@ class Batch:
 
 @dataclass
 class ConnectorState:
-    """A connector's row with its buffered batches and latest errors."""
+    """A connector's row with its buffered batches and latest errors; plain data (the
+    shapes the REST API shows are made by ``engine.control``)."""
 
     ref: ConnectorRef
     paused: bool | None = None
@@ -120,31 +121,6 @@ class ConnectorState:
     def finished(self) -> bool:
         """Feldera's test: end of input and nothing planned-but-uncommitted."""
         return self.end_of_input and self.buffered_batches == 0
-
-    def feldera_status(self, *, state: str, paused: bool) -> dict[str, Any]:
-        """Feldera's ``InputEndpointStatus`` shape, plus the Kafka Connect ``state``.
-
-        ``state`` and ``paused`` are derived by ``engine.control.connector_view`` (the
-        record alone does not know whether the connector's DAG is paused)."""
-        return {
-            "endpoint_name": self.ref.endpoint_name,
-            "config": {"stream": self.ref.table},
-            "metrics": {
-                "total_bytes": self.total_bytes,
-                "total_records": self.total_records,
-                "buffered_records": self.buffered_records,
-                "num_transport_errors": self.num_transport_errors,
-                "num_parse_errors": self.num_parse_errors,
-                "end_of_input": self.end_of_input,
-            },
-            "paused": paused,
-            "state": state,
-            # A failure another attempt or a later run superseded is not fatal any more
-            # (it stays in the transport errors).
-            "fatal_error": self.fatal_error if state == "FAILED" else None,
-            "parse_errors": self.parse_errors,
-            "transport_errors": self.transport_errors,
-        }
 
 
 class ConnectorNotStopped(RuntimeError):
