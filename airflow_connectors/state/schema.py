@@ -68,11 +68,12 @@ def _connector_columns(*, version: int) -> list[sa.Column[Any]]:
 
 connectors = sa.Table("ac_connectors", metadata, *_connector_columns(version=4))
 
-#: The connectors of every rendered spec (written when Airflow parses a DAG file), so the
-#: REST API and CLI can list connectors that never ran, with their config.
-specs = sa.Table(
+#: Version 4 only: the connectors of every rendered spec (written when Airflow
+#: parsed a DAG file). Nothing reads it any more (the REST API lists connectors from
+#: Airflow); kept out of ``metadata`` so that only the migration that made it knows it.
+_specs_v4 = sa.Table(
     "ac_specs",
-    metadata,
+    sa.MetaData(),
     *_pk(),
     sa.Column("spec", sa.JSON, nullable=False),  # {"table": ..., "connector": ...}
     sa.Column("digest", sa.String(64), nullable=False),
@@ -171,10 +172,16 @@ def _v4(conn: Connection) -> None:
     conn.execute(
         sa.text("ALTER TABLE ac_connectors ADD COLUMN stopped BOOLEAN NOT NULL DEFAULT FALSE")
     )
-    specs.create(conn)
+    _specs_v4.create(conn)
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4]
+def _v5(conn: Connection) -> None:
+    # The catalog of rendered specs has no reader: DAG parsing no longer registers specs
+    # and the REST API lists connectors from Airflow.
+    _specs_v4.drop(conn)
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
 LATEST = len(MIGRATIONS)
 
 

@@ -14,7 +14,6 @@ The names this module exported before the split are re-exported here.
 from __future__ import annotations
 
 from airflow_connectors.state.batches import Batches
-from airflow_connectors.state.catalog import Catalog
 from airflow_connectors.state.connectors import MAX_ERRORS
 from airflow_connectors.state.database import StateStoreUnavailable, create_engine
 from airflow_connectors.state.offsets import Offsets
@@ -51,7 +50,7 @@ __all__ = [
 ]
 
 
-class StateStore(Batches, Offsets, Signals, Catalog):
+class StateStore(Batches, Offsets, Signals):
     """SQLAlchemy-backed store; SQLite (embedded) or PostgreSQL by URL.
 
     ``StateStore(url)`` migrates the schema on open (``migrate=False`` skips that) and

@@ -112,7 +112,7 @@ def test_schema_migrates_forward_from_v1(store_url: str) -> None:
     engine.dispose()
     store = StateStore(store_url)  # opening migrates
     with store.tx() as conn:
-        assert schema.current_version(conn) == schema.LATEST == 4
+        assert schema.current_version(conn) == schema.LATEST == 5
         columns = {c["name"] for c in sa.inspect(conn).get_columns("ac_connectors")}
         assert {
             "new_data_signal",
@@ -120,7 +120,7 @@ def test_schema_migrates_forward_from_v1(store_url: str) -> None:
             "finished_signal_run",
             "stopped",
         } <= columns
-        assert sa.inspect(conn).has_table("ac_specs")
+        assert not sa.inspect(conn).has_table("ac_specs")  # made by v4, dropped by v5
     assert store.unpublished_batches(REF) == []  # v1's committed batch counts as published
     assert StateStore(store_url).load_batch(1).published
     store.close()
@@ -175,14 +175,46 @@ def test_finished_signal_is_claimed_once_per_finish(store_url: str) -> None:
     store.close()
 
 
-def test_catalog_registers_only_changes_and_forgets_removed_connectors(store_url: str) -> None:
+def test_v4_catalog_is_dropped_by_the_migration(store_url: str) -> None:
+    engine = sa.create_engine(store_url)
+    schema.migrate(engine, target=4)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO ac_specs (pipeline, table_name, connector, spec, digest, updated_at) "
+                "VALUES ('p', 't', 'c', '{}', 'x', 0)"
+            )
+        )
+    engine.dispose()
     store = StateStore(store_url)
-    spec = {"table": {"name": "t"}, "connector": {"name": "c"}}
-    assert store.register_specs("p", {("t", "c"): spec, ("t", "d"): spec}) == 2
-    assert store.register_specs("p", {("t", "c"): spec, ("t", "d"): spec}) == 0  # unchanged
-    changed = {**spec, "connector": {"name": "c", "paused": True}}
-    assert store.register_specs("p", {("t", "c"): changed}) == 2  # c updated, d removed
-    assert store.catalog("p") == {REF: changed}
+    with store.tx() as conn:
+        assert schema.current_version(conn) == 5
+        assert not sa.inspect(conn).has_table("ac_specs")
+    store.close()
+
+
+def test_a_v4_store_written_by_the_previous_version_opens(tmp_path: Path) -> None:
+    # data/store_v4.sql: dumped from a store the previous code wrote (its catalog, two
+    # batches that discovery planned and nothing ingested).
+    import sqlite3
+
+    db = tmp_path / "state.db"
+    with sqlite3.connect(db) as conn:
+        conn.executescript((Path(__file__).parent / "data" / "store_v4.sql").read_text())
+    store = StateStore(f"sqlite:///{db}")
+    with store.tx() as conn:
+        assert schema.current_version(conn) == 5
+        assert not sa.inspect(conn).has_table("ac_specs")
+    pending = store.pending_batches(REF)
+    assert [b.batch_id for b in pending] == [1, 2]
+    assert store.cursor(REF).in_flight == {"plan-0000"}
+    st = store.status(REF)
+    assert st is not None and (st.state, st.buffered_batches, st.buffered_records) == (
+        "RUNNING",
+        2,
+        5,
+    )
+    assert store.commit_batch(1, "1-x", [receipt("plan-0000", records=4)], [])
     store.close()
 
 
