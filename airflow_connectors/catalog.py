@@ -3,7 +3,8 @@
 The spec layer validates against the :class:`~airflow_connectors.spec.plugins.Plugins`
 it is given and imports no plugin; this module, above both, gives it the installed
 transports, formats and sinks (built-ins plus the entry-point groups of third parties).
-The CLI, the Airflow rendering and the Airflow tasks load and check specs through it.
+The CLI, the Airflow rendering and the Airflow tasks load and check specs through it,
+and the engine builds a resolved connector's transport, format and sink here.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from airflow_connectors.formats import FORMATS
-from airflow_connectors.sinks import SINKS
+from airflow_connectors.formats import FORMATS, Format
+from airflow_connectors.sinks import SINKS, Sink
 from airflow_connectors.spec import load as _load
 from airflow_connectors.spec import validate as _validate
 from airflow_connectors.spec.errors import SpecError
 from airflow_connectors.spec.models import ConnectorSpec, PipelineSpec, TableSpec
 from airflow_connectors.spec.plugins import Plugins
-from airflow_connectors.transports import TRANSPORTS
+from airflow_connectors.transports import TRANSPORTS, Transport
 
 #: The installed plugins.
 PLUGINS = Plugins(transports=TRANSPORTS, formats=FORMATS, sinks=SINKS)
@@ -53,3 +54,35 @@ def resolve_connector(
     """:func:`airflow_connectors.spec.validate.resolve_connector` against the installed
     plugins: the one check of a connector's transport and format configs."""
     return _validate.resolve_connector(connector, table, plugins=PLUGINS, base_dir=base_dir)
+
+
+# A resolved connector's configs were checked by resolve_connector (when its spec was
+# loaded, or by the Airflow task after templating): building its plugins only types them.
+
+
+def transport_of(connector: ConnectorSpec, table: TableSpec) -> Transport:
+    """The transport of a resolved connector."""
+    cls = TRANSPORTS.get(connector.transport.name)
+    transport: Transport = cls(cls.Config.model_validate(connector.transport.config), table)
+    return transport
+
+
+def format_of(connector: ConnectorSpec, table: TableSpec) -> Format | None:
+    """The format of a resolved connector; None for a transport that produces records."""
+    if connector.format is None:
+        return None
+    cls = FORMATS.get(connector.format.name)
+    fmt: Format = cls(cls.Config.model_validate(connector.format.config), table)
+    return fmt
+
+
+def sink_of(table: TableSpec, *, pipeline: str, warehouse: str) -> Sink:
+    """The sink a table's rows (and dead letters) are written to."""
+    cls = SINKS.get(table.sink.name)
+    sink: Sink = cls(
+        cls.Config.model_validate(table.sink.config),
+        pipeline=pipeline,
+        table=table,
+        warehouse=warehouse,
+    )
+    return sink

@@ -191,16 +191,15 @@ def _load(args: argparse.Namespace) -> Any:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from airflow_connectors.catalog import transport_of
     from airflow_connectors.spec.redact import mask_text, secret_values
-    from airflow_connectors.transports import TRANSPORTS
 
     spec = _load(args)
     if spec is None:
         return 1
     print("ok")
     for table, c in spec.connectors():
-        cls = TRANSPORTS.get(c.transport.name)
-        transport = cls(cls.Config.model_validate(c.transport.config), table)
+        transport = transport_of(c, table)
         fmt = f" format={c.format.name}" if c.format else ""
         flags = [
             f

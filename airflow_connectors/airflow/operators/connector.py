@@ -112,47 +112,26 @@ class _ConnectorOperator(BaseOperator):
         return "{{" in json.dumps(written) or "{%" in json.dumps(written)
 
     def batch_context(self, settings: Settings) -> BatchContext:
-        """The connector with its configs as rendered for this run, re-validated."""
-        from pydantic import ValidationError
-
+        """The connector with its configs as rendered for this run, checked again as
+        loading the spec checks them, with the same messages and JSON paths."""
+        from airflow_connectors.catalog import resolve_connector
         from airflow_connectors.engine.context import BatchContext
-        from airflow_connectors.formats import FORMATS
-        from airflow_connectors.transports import TRANSPORTS
+        from airflow_connectors.spec import SpecValidationError
 
         doc = dict(self.connector)
-        problems: list[str] = []
-        transport = doc["transport"]
-        try:
-            tconfig = TRANSPORTS.get(transport["name"]).Config.model_validate(self.transport_config)
-            doc["transport"] = {**transport, "config": tconfig.model_dump(mode="json")}
-        except ValidationError as e:
-            problems.append(_problems("transport.config", e))
+        doc["transport"] = {**doc["transport"], "config": self.transport_config}
         if doc.get("format") and self.format_config is not None:
-            try:
-                fconfig = FORMATS.get(doc["format"]["name"]).Config.model_validate(
-                    self.format_config
-                )
-                doc["format"] = {**doc["format"], "config": fconfig.model_dump(mode="json")}
-            except ValidationError as e:
-                problems.append(_problems("format.config", e))
-        if problems:
+            doc["format"] = {**doc["format"], "config": self.format_config}
+        table = TableSpec.model_validate(self.table)
+        try:
+            connector = resolve_connector(ConnectorSpec.model_validate(doc), table)
+        except SpecValidationError as e:
             raise AirflowFailException(
-                f"connector {self.ref}: its config is not valid once templated for this run: "
-                + "; ".join(problems)
-                + ". Fix the template in the pipeline spec."
-            )
-        return BatchContext(
-            self.pipeline,
-            TableSpec.model_validate(self.table),
-            ConnectorSpec.model_validate(doc),
-            settings.warehouse,
-        )
-
-
-def _problems(where: str, e: Any) -> str:
-    return ", ".join(
-        f"{where}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
-    )
+                f"connector {self.ref}: its config is not valid once templated for this run:\n"
+                + "\n".join(str(err) for err in e.errors)
+                + "\nFix the template in the pipeline spec."
+            ) from None
+        return BatchContext(self.pipeline, table, connector, settings.warehouse)
 
 
 class ConnectorGateOperator(BaseOperator):
@@ -329,7 +308,7 @@ class ConnectorIngestOperator(SparkSubmitOperator):
                     "released (the connector was stopped after it was planned); nothing to ingest"
                 ) from None
         # spark-submit's output (errors of the job) may quote the source's config.
-        for secret in plan_secrets(plan):
+        for secret in plan_secrets(plan.to_json()):
             mask_secret(secret)
         self.log.info(
             "connector %s.%s: ingesting batch %d", self.pipeline, self.endpoint, self.batch_id
