@@ -9,9 +9,11 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import DAGS, task_states
 
 from airflow_connectors.airflow.triggers.new_data import ConnectorNewDataTrigger
+from airflow_connectors.engine.discovery import context
 from airflow_connectors.spec import parse_pipeline
 
 
@@ -61,26 +63,74 @@ def first_event(trigger: ConnectorNewDataTrigger, within: float) -> Any:
     return asyncio.run(wait())
 
 
+def polls_without_event(
+    trigger: ConnectorNewDataTrigger, monkeypatch: pytest.MonkeyPatch, polls: int = 3
+) -> list[str | None]:
+    """Run ``trigger`` until it has polled the source ``polls`` times and return what each
+    poll found (its digest, or None). A negative by evidence, not by a quiet second: the
+    trigger fires on the first poll that finds something, so ``polls`` answers of None
+    mean it looked that many times and declined each time."""
+    from airflow_connectors.airflow.triggers import new_data
+
+    real_probe = new_data.probe
+    answers: list[str | None] = []
+    enough = asyncio.Event()
+    loop: list[asyncio.AbstractEventLoop] = []
+
+    def counting_probe(*args: Any, **kwargs: Any) -> str | None:  # in a worker thread
+        answer = real_probe(*args, **kwargs)
+        answers.append(answer)
+        if len(answers) >= polls:
+            loop[0].call_soon_threadsafe(enough.set)
+        return answer
+
+    async def watch() -> Any:
+        loop.append(asyncio.get_running_loop())
+        fired = asyncio.ensure_future(trigger.run().__anext__())
+        counted = asyncio.ensure_future(enough.wait())
+        done, _ = await asyncio.wait({fired, counted}, timeout=60, return_when="FIRST_COMPLETED")
+        fired.cancel()
+        counted.cancel()
+        assert done, f"the trigger polled {len(answers)} times in 60 s"
+        return fired.result() if fired in done and not fired.cancelled() else None
+
+    with monkeypatch.context() as m:
+        m.setattr(new_data, "probe", counting_probe)
+        event = asyncio.run(watch())
+    assert event is None, f"the trigger fired: {event}"
+    return answers[:polls]
+
+
 def test_event_trigger_fires_once_per_new_data(
-    tmp_path: Path, connectors_env: dict[str, str]
+    tmp_path: Path, connectors_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from airflow_connectors.engine.discovery import new_data_fingerprint
+    from airflow_connectors.settings import Settings
+    from airflow_connectors.state.store import StateStore
+
     src = tmp_path / "src"
     src.mkdir()
     spec = watch_spec(src)
-    assert first_event(trigger_for(spec), within=1.0) is None  # nothing there
+    assert polls_without_event(trigger_for(spec), monkeypatch) == [None] * 3  # nothing there
 
     (src / "a.json").write_text('{"id": 1}\n')
     event = first_event(trigger_for(spec), within=5.0)
     assert event is not None and event.payload["endpoint"] == "events.files"
-    # The triggerer restarts a trigger after each event: same data, no second event.
-    assert first_event(trigger_for(spec), within=1.0) is None
+    # The triggerer restarts a trigger after each event: it keeps seeing the same data
+    # (discovery would still find it: nothing ingested it), and declines each time.
+    store = StateStore(Settings.load().state_store_url)
+    table, connector = spec.find("events.files")
+    ctx = context(spec, table, connector, Settings.load().warehouse)
+    assert new_data_fingerprint(store, ctx) == event.payload["data"]
+    store.close()
+    assert polls_without_event(trigger_for(spec), monkeypatch) == [None] * 3
 
     (src / "b.json").write_text('{"id": 2}\n')
     assert first_event(trigger_for(spec), within=5.0) is not None
 
 
 def test_event_trigger_holds_while_the_pipeline_is_paused(
-    tmp_path: Path, connectors_env: dict[str, str]
+    tmp_path: Path, connectors_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from airflow_connectors.state.store import StateStore
 
@@ -89,7 +139,8 @@ def test_event_trigger_holds_while_the_pipeline_is_paused(
     (src / "a.json").write_text('{"id": 1}\n')
     store = StateStore(connectors_env["AIRFLOW__CONNECTORS__STATE_STORE_URL"])
     store.set_pipeline_paused("watched", True)
-    assert first_event(trigger_for(watch_spec(src)), within=1.0) is None
+    # It polls the data there and declines while paused.
+    assert polls_without_event(trigger_for(watch_spec(src)), monkeypatch) == [None] * 3
     store.set_pipeline_paused("watched", False)
     assert first_event(trigger_for(watch_spec(src)), within=5.0) is not None
     store.close()
