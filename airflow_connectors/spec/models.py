@@ -19,7 +19,7 @@ from airflow_connectors.spec.types import SqlType
 if TYPE_CHECKING:
     import pyarrow as pa
 
-# The rules below are checked where specs are validated (spec.load), not by the models,
+# The rules below are checked where specs are validated (spec.validate), not by the models,
 # which also read connectors back from batch plans stored by earlier versions.
 
 #: Pipeline, table and connector names: they name folders, DAGs and state-store rows.
