@@ -174,13 +174,17 @@ def leftovers(warehouse: str) -> list[str]:
     return staged + [str(p) for p in root.rglob("*.tmp")]
 
 
-def next_run(case: Case, spark: Any) -> None:
+def next_run(case: Case, spark: Any, *, retry_first: bool = False) -> None:
     """What the connector's next run does (in this process, on the session's Spark):
     discovery rolls forward a committed batch whose publish was cut, returns the
     pending batch, and the batch runs; the killed job's retry then finds its batch
-    committed and does nothing, without asking for Spark."""
+    committed and does nothing, without asking for Spark. ``retry_first``: the killed
+    job's retry comes before the next run, and rolls the publish forward itself."""
     store = case.store()
     try:
+        if retry_first:
+            assert not run_batch(store, case.batch_id, no_spark).committed
+            assert store.unpublished_batches(case.ctx.ref) == []
         found = discover(store, case.ctx)
         assert found.new_items == 0, "the next run planned the source again"
         for b in found.batch_ids:
@@ -269,7 +273,9 @@ def test_kill_at_fail_point_then_next_run(
     if point == "after_sink_write":  # the attempt's four parts were staged, not published
         assert len(leftovers(case.warehouse)) == FILES
 
-    next_run(case, spark)
+    # A committed batch is published by whichever comes first: the killed task's retry
+    # (after_commit here) or the connector's next discovery (mid_publish).
+    next_run(case, spark, retry_first=point == "after_commit")
     assert_exact(case, source)
     if point == "mid_publish":  # the part published before the kill is the same file
         assert set(case.after["visible"]) <= set(visible_parts(case.warehouse))
