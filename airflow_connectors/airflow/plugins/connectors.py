@@ -7,6 +7,7 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_connectors.airflow.api.connect import create_app
+from airflow_connectors.airflow.api.connect.app import BaseUrlWithoutSlash
 from airflow_connectors.airflow.timetables import ConnectorCronTimetable
 
 
@@ -16,6 +17,10 @@ class AirflowConnectorsPlugin(AirflowPlugin):
     timetables = [ConnectorCronTimetable]  # noqa: RUF012 - Airflow's plugin attribute
     fastapi_apps = [  # noqa: RUF012 - Airflow's plugin attribute
         {"app": create_app(), "url_prefix": "/connect", "name": "Connectors API"},
+    ]
+    # Kafka Connect clients read the cluster info at the base URL, /connect, no slash.
+    fastapi_root_middlewares = [  # noqa: RUF012 - Airflow's plugin attribute
+        {"middleware": BaseUrlWithoutSlash, "name": "Connectors API base URL"},
     ]
     external_views = [  # noqa: RUF012 - Airflow's plugin attribute
         {

@@ -1,0 +1,357 @@
+"""The connectors as Airflow knows them, for both API shapes: the catalog (connector DAGs
+by their tags), each connector's spec, status and tasks from Airflow's metadata DB and
+the state store, and the changes the API makes in Airflow (a DAG's paused flag, cleared
+task instances, a new run).
+
+A connector's state is derived by ``engine.control`` (one derivation for the API, the
+gate, the CLI); this module only gathers what it reads."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from airflow_connectors.airflow.api.connect.errors import ApiError
+from airflow_connectors.airflow.api.connect.plugin_config import masked_connector
+from airflow_connectors.settings import Settings
+from airflow_connectors.spec.redact import mask_config, mask_text, mask_url
+from airflow_connectors.state.store import (
+    ConnectorNotStopped,
+    ConnectorRef,
+    ConnectorState,
+    StateStore,
+)
+
+
+@functools.cache
+def state_store() -> StateStore:
+    return StateStore(Settings.load().state_store_url)
+
+
+def connector_name(ref: ConnectorRef) -> str:
+    return f"{ref.pipeline}.{ref.table}.{ref.connector}"
+
+
+def known_connectors(pipeline: str | None = None) -> list[ConnectorRef]:
+    """The connectors whose DAGs Airflow knows and their DAG files still render, by name:
+    a DAG tagged ``pipeline:<p>`` and ``table:<t>`` whose id is ``<p>.<t>.<connector>``."""
+    import sqlalchemy as sa
+    from airflow.models.dag import DagModel, DagTag
+    from airflow.utils.session import create_session
+
+    q = (
+        sa.select(DagTag.dag_id, DagTag.name)
+        .join(DagModel, DagModel.dag_id == DagTag.dag_id)
+        .where(
+            DagModel.is_stale == sa.false(),
+            sa.or_(DagTag.name.startswith("pipeline:"), DagTag.name.startswith("table:")),
+        )
+    )
+    if pipeline is not None:
+        q = q.where(DagTag.dag_id.startswith(f"{pipeline}.", autoescape=True))
+    tags: dict[str, dict[str, str]] = {}
+    with create_session() as session:
+        for dag_id, tag in session.execute(q):
+            kind, _, value = tag.partition(":")
+            tags.setdefault(dag_id, {})[kind] = value
+    refs = []
+    for dag_id, found in tags.items():
+        p, t = found.get("pipeline"), found.get("table")
+        prefix = f"{p}.{t}."
+        ours = p and t and dag_id.startswith(prefix) and len(dag_id) > len(prefix)
+        if ours and (pipeline is None or p == pipeline):
+            refs.append(ConnectorRef(str(p), str(t), dag_id[len(prefix) :]))
+    return sorted(refs, key=lambda r: (r.pipeline, r.table, r.connector))
+
+
+def ref_by_name(name: str) -> ConnectorRef:
+    for ref in known_connectors():
+        if connector_name(ref) == name:
+            return ref
+    raise ApiError(
+        404,
+        f"Connector {name} not found; connectors are named <pipeline>.<table>.<connector>, "
+        "see GET /connect/connectors",
+    )
+
+
+def pipeline_names() -> str:
+    return ", ".join(sorted({r.pipeline for r in known_connectors()})) or "(none)"
+
+
+def ref_by_feldera_path(pipeline: str, table: str, connector: str) -> ConnectorRef:
+    catalog = known_connectors(pipeline)
+    if not catalog:
+        raise ApiError(404, f"unknown pipeline {pipeline!r}; known pipelines: {pipeline_names()}")
+    # Feldera: unquoted table names are case-insensitive, quoted ones ("Name") exact.
+    quoted = len(table) > 1 and table.startswith('"') and table.endswith('"')
+    wanted = table[1:-1] if quoted else table.lower()
+    tables = {r.table for r in catalog}
+    match = next((t for t in tables if (t == wanted if quoted else t.lower() == wanted)), None)
+    if match is None:
+        raise ApiError(
+            404,
+            f"pipeline {pipeline!r} has no table {table!r}; its tables: {', '.join(sorted(tables))}",
+        )
+    ref = ConnectorRef(pipeline, match, connector)
+    if ref not in catalog:
+        names = sorted(r.connector for r in catalog if r.table == match)
+        raise ApiError(
+            404,
+            f"table {match!r} has no connector {connector!r}; its connectors: {', '.join(names)}",
+        )
+    return ref
+
+
+def masked_config(ref: ConnectorRef) -> dict[str, Any]:
+    """The connector's config as users may see it: secrets masked."""
+    return masked_connector(spec_of(ref)["connector"])
+
+
+def spec_of(ref: ConnectorRef) -> dict[str, Any]:
+    """The table and connector as written in the spec, from the serialized DAG."""
+    import json
+
+    from airflow.models.serialized_dag import SerializedDagModel
+
+    dag = SerializedDagModel.get_dag(dag_id_of(ref))
+    task = dag.get_task("discover") if dag is not None and dag.has_task("discover") else None
+    text = getattr(task, "spec_json", None)
+    if not isinstance(text, str):
+        raise ApiError(
+            409,
+            f"connector {connector_name(ref)}: its DAG in Airflow was serialized without its spec (by "
+            "an older airflow-connectors); wait for its DAG file to be parsed again",
+        )
+    doc: dict[str, Any] = json.loads(text)
+    return doc
+
+
+def connector_info(ref: ConnectorRef) -> dict[str, Any]:
+    tasks = [{"connector": connector_name(ref), "task": t["id"]} for t in task_list(ref)]
+    return {
+        "name": connector_name(ref),
+        "config": masked_config(ref),
+        "tasks": tasks,
+        "type": "source",
+    }
+
+
+def dag_id_of(ref: ConnectorRef) -> str:
+    return connector_name(ref)
+
+
+def dag_is_paused(ref: ConnectorRef) -> bool | None:
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        dag = session.get(DagModel, dag_id_of(ref))
+        return None if dag is None else bool(dag.is_paused)
+
+
+def set_dag_paused(ref: ConnectorRef, paused: bool) -> None:
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        dag = session.get(DagModel, dag_id_of(ref))
+        if dag is not None:
+            dag.is_paused = paused
+    if dag is None:
+        raise ApiError(
+            409,
+            f"connector {connector_name(ref)} has no DAG in Airflow yet; wait for its DAG file to be parsed",
+        )
+
+
+def edit_offsets(ref: ConnectorRef, entries: list[dict[str, Any]] | None) -> None:
+    if entries:
+        # Users see keys masked: map each masked key back to the one real key it shows.
+        real: dict[str, list[str]] = {}
+        for o in state_store().offsets(ref):
+            real.setdefault(mask_url(o["key"]), []).append(o["key"])
+        for e in entries:
+            keys = real.get(e["key"], [])
+            if e["key"] not in keys and len(keys) == 1:
+                e["key"] = keys[0]
+            elif e["key"] not in keys and len(keys) > 1:
+                raise ApiError(
+                    400,
+                    f"offset key {e['key']!r} stands for {len(keys)} keys once secrets are "
+                    "masked; give the key with its credentials",
+                )
+    try:
+        state_store().edit_offsets(ref, entries)
+    except ConnectorNotStopped as e:
+        raise ApiError(400, str(e)) from e
+
+
+_TASK_STATES = {
+    "success": "RUNNING",
+    "running": "RUNNING",
+    "queued": "RUNNING",
+    "scheduled": "RUNNING",
+    "deferred": "RUNNING",
+    "failed": "FAILED",
+    "upstream_failed": "FAILED",
+    "up_for_retry": "RESTARTING",
+    "restarting": "RESTARTING",
+    None: "UNASSIGNED",
+}
+
+
+def latest_ingest_tis(ref: ConnectorRef) -> list[Any]:
+    """The ingest task instances of the connector DAG's latest run (one per batch)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        run = (
+            session.query(DagRun)
+            .filter(DagRun.dag_id == dag_id_of(ref))
+            .order_by(DagRun.run_after.desc(), DagRun.id.desc())
+            .first()
+        )
+        if run is None:
+            return []
+        tis = (
+            session.query(TaskInstance)
+            .filter(
+                TaskInstance.dag_id == run.dag_id,
+                TaskInstance.run_id == run.run_id,
+                TaskInstance.task_id == "ingest",
+                TaskInstance.map_index >= 0,
+            )
+            .order_by(TaskInstance.map_index)
+            .all()
+        )
+        session.expunge_all()
+        return tis
+
+
+def task_list(ref: ConnectorRef) -> list[dict[str, Any]]:
+    out = []
+    for ti in latest_ingest_tis(ref):
+        label = ti.rendered_map_index or ""
+        batch_id = int(label.split()[-1]) if label.startswith("batch ") else None
+        state = _TASK_STATES.get(str(ti.state) if ti.state else None, "RUNNING")
+        task: dict[str, Any] = {
+            "id": ti.map_index,
+            "state": state,
+            "worker_id": ti.hostname or "airflow",
+        }
+        task["batch_id"] = batch_id
+        if state == "FAILED" and batch_id is not None:
+            trace = state_store().batch_error(batch_id) or f"ingest of batch {batch_id} failed"
+            task["trace"] = mask_text(trace)
+        out.append(task)
+    return out
+
+
+def task_status(ref: ConnectorRef, task: int) -> dict[str, Any]:
+    for t in connector_status(ref)["tasks"]:
+        if t["id"] == task:
+            return {k: v for k, v in t.items() if k != "batch_id"}
+    raise ApiError(
+        404,
+        f"Task {task} of connector {connector_name(ref)} not found; see GET /connect/connectors/{connector_name(ref)}/tasks",
+    )
+
+
+def clear_tasks(ref: ConnectorRef, tasks: list[int]) -> None:
+    """Clear the given ingest tasks of the latest run (and finalize/finished after
+    them), so the scheduler runs them again."""
+    if not tasks:
+        return
+    from airflow.models.taskinstance import TaskInstance, clear_task_instances
+    from airflow.utils.session import create_session
+
+    latest = latest_ingest_tis(ref)
+    run_id = latest[0].run_id
+    with create_session() as session:
+        tis = (
+            session.query(TaskInstance)
+            .filter(TaskInstance.dag_id == dag_id_of(ref), TaskInstance.run_id == run_id)
+            .all()
+        )
+        chosen = [
+            ti
+            for ti in tis
+            if (ti.task_id == "ingest" and ti.map_index in tasks)
+            or ti.task_id in ("finalize", "finished")
+        ]
+        clear_task_instances(chosen, session)
+
+
+def trigger_run(ref: ConnectorRef) -> None:
+    """A new run of the connector DAG (Kafka Connect's connector restart)."""
+    import datetime as dt
+
+    from airflow.api.common.trigger_dag import trigger_dag
+    from airflow.utils.types import DagRunTriggeredByType
+
+    trigger_dag(
+        dag_id=dag_id_of(ref),
+        run_id=None,
+        logical_date=None,
+        triggered_by=DagRunTriggeredByType.REST_API,
+        run_after=dt.datetime.now(dt.UTC),
+    )
+
+
+def stopped_message(ref: ConnectorRef) -> str:
+    from airflow_connectors.engine import control
+
+    return control.stopped_message(ref)
+
+
+def view_of(
+    ref: ConnectorRef,
+    st: ConnectorState | None,
+    tasks: list[dict[str, Any]],
+    dag_paused: bool | None,
+) -> Any:
+    """The connector's view (engine.control's one derivation) from what the caller read."""
+    from airflow_connectors.engine import control
+
+    # Batches run in parallel: one may fail while another commits after it. The latest
+    # run's tasks say whether the connector's last ingest failed.
+    failed = [t for t in tasks if t["state"] == "FAILED"]
+    return control.connector_view(
+        st,
+        dag_paused=dag_paused,
+        pipeline_paused=state_store().pipeline_paused(ref.pipeline),
+        failed_task_trace=(failed[0].get("trace") or "") if failed else None,
+    )
+
+
+def connector_status(ref: ConnectorRef) -> dict[str, Any]:
+    from airflow_connectors.engine import control
+
+    tasks = task_list(ref)
+    view = view_of(ref, state_store().status(ref), tasks, dag_is_paused(ref))
+    connector: dict[str, Any] = {"state": view.state.value, "worker_id": "airflow"}
+    if view.trace:
+        connector["trace"] = mask_text(view.trace)
+    # Kafka Connect: a stopped connector has no tasks; a paused one's are PAUSED.
+    shown = [
+        {
+            **{k: v for k, v in t.items() if k != "batch_id"},
+            "state": control.task_state(view.state, t["state"]),
+        }
+        for t in tasks
+        if view.state != control.State.STOPPED
+    ]
+    return {"name": connector_name(ref), "connector": connector, "tasks": shown, "type": "source"}
+
+
+def feldera_status_of(ref: ConnectorRef) -> dict[str, Any]:
+    """Feldera's connector status; ``paused`` is the connector's own flag (its DAG's, or
+    stopped), ``state`` Kafka Connect's."""
+    from airflow_connectors.engine import control
+
+    st = state_store().status(ref)
+    view = view_of(ref, st, task_list(ref), dag_is_paused(ref))
+    return dict(mask_config(control.feldera_status(ref, st, view)))

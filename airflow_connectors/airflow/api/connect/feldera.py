@@ -1,0 +1,124 @@
+"""Feldera's REST shape (its pipeline manager's ``/v0``):
+``/v0/pipelines/{p}/tables/{t}/connectors/{c}/start|pause|stats``,
+``/v0/pipelines/{p}/stats`` and ``/v0/pipelines/{p}/pause|resume``, with Feldera's
+status codes: a connector action answers 200, a pipeline action 202 (accepted), an
+unknown action 400 for a connector and 404 for a pipeline (there is no such route),
+an unknown pipeline, table or connector 404.
+
+Table names are SQL identifiers as in Feldera: unquoted ones are case-insensitive,
+quoted ones (``"Name"``, URL-encoded ``%22Name%22``) exact; connector names are
+case-sensitive."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+
+from airflow_connectors.airflow.api.connect import catalog
+from airflow_connectors.airflow.api.connect.errors import ApiError, error_responses
+
+router = APIRouter(prefix="/v0/pipelines")
+
+
+class GlobalMetrics(BaseModel):
+    state: str = Field(description="Paused or Running")
+    total_input_records: int
+
+
+class PipelineStats(BaseModel):
+    global_metrics: GlobalMetrics
+    inputs: list[dict[str, Any]] = Field(
+        description="Each connector's status, as .../connectors/{connector}/stats answers"
+    )
+
+
+def _pipeline_refs(pipeline: str) -> list[Any]:
+    refs = catalog.known_connectors(pipeline)
+    if not refs:
+        raise ApiError(
+            404, f"unknown pipeline {pipeline!r}; known pipelines: {catalog.pipeline_names()}"
+        )
+    return refs
+
+
+@router.post(
+    "/{pipeline}/tables/{table}/connectors/{connector}/{action}",
+    response_model=dict[str, Any],
+    responses=error_responses(400, 404, 409),
+)
+def connector_action(pipeline: str, table: str, connector: str, action: str) -> dict[str, Any]:
+    if action not in ("start", "pause"):
+        raise ApiError(
+            400, f"unknown action {action!r}; the connector actions are 'start' and 'pause'"
+        )
+    from airflow_connectors.engine import control
+
+    ref = catalog.ref_by_feldera_path(pipeline, table, connector)
+    store = catalog.state_store()
+    if action == "start":
+        # A stopped connector runs again only after an explicit resume.
+        try:
+            control.start(store, ref)
+        except control.ConnectorStopped as e:
+            raise ApiError(409, str(e)) from e
+        catalog.set_dag_paused(ref, False)
+    else:
+        catalog.set_dag_paused(ref, True)
+        control.pause(store, ref)
+    return {}
+
+
+@router.get(
+    "/{pipeline}/tables/{table}/connectors/{connector}/stats",
+    response_model=dict[str, Any],
+    responses=error_responses(404),
+)
+def connector_stats(pipeline: str, table: str, connector: str) -> dict[str, Any]:
+    return catalog.feldera_status_of(catalog.ref_by_feldera_path(pipeline, table, connector))
+
+
+@router.get("/{pipeline}/stats", response_model=PipelineStats, responses=error_responses(404))
+def pipeline_stats(pipeline: str) -> dict[str, Any]:
+    refs = _pipeline_refs(pipeline)
+    paused = catalog.state_store().pipeline_paused(pipeline)
+    inputs = [catalog.feldera_status_of(r) for r in refs]
+    return {
+        "global_metrics": {
+            "state": "Paused" if paused else "Running",
+            "total_input_records": sum(i["metrics"]["total_records"] for i in inputs),
+        },
+        "inputs": inputs,
+    }
+
+
+def _set_pipeline_paused(pipeline: str, paused: bool) -> Response:
+    _pipeline_refs(pipeline)
+    catalog.state_store().set_pipeline_paused(pipeline, paused)
+    return Response(status_code=202)
+
+
+@router.post(
+    "/{pipeline}/pause", status_code=202, response_class=Response, responses=error_responses(404)
+)
+def pause_pipeline(pipeline: str) -> Response:
+    """Pause every connector of the pipeline (their own flags are kept)."""
+    return _set_pipeline_paused(pipeline, True)
+
+
+@router.post(
+    "/{pipeline}/resume", status_code=202, response_class=Response, responses=error_responses(404)
+)
+def resume_pipeline(pipeline: str) -> Response:
+    """Let the pipeline's running connectors run again."""
+    return _set_pipeline_paused(pipeline, False)
+
+
+@router.post("/{pipeline}/{action}", include_in_schema=False)
+def unknown_pipeline_action(pipeline: str, action: str) -> Response:
+    # Feldera has no such route: 404, with the actions there are.
+    raise ApiError(
+        404, f"unknown pipeline action {action!r}; the pipeline actions are 'pause' and 'resume'"
+    )
