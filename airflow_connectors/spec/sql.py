@@ -48,7 +48,7 @@ def parse_create_tables(sql: str) -> tuple[list[SqlTable], list[tuple[int | None
             )
             continue
         table_id = stmt.this.this
-        table = SqlTable(_ident(table_id), {})
+        table = SqlTable(_ident(table_id.this), {})  # the Identifier knows if it was quoted
         for col in stmt.this.expressions:
             if not isinstance(col, exp.ColumnDef):
                 continue  # table constraints such as PRIMARY KEY (a, b)

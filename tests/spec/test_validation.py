@@ -680,3 +680,13 @@ def test_spec_nested_too_deeply_is_one_error(tmp_path: Path, suffix: str) -> Non
     assert [str(e) for e in exc.value.errors] == [
         "the spec nests lists or mappings too deeply to be read"
     ]
+
+
+def test_sql_quoted_table_name_keeps_its_case_unquoted_is_lower_cased() -> None:
+    quoted = parse_pipeline(
+        {"pipeline": "q", "sql": 'CREATE TABLE "Numbers" (id BIGINT NOT NULL, "Id2" INT);'}
+    )
+    assert [t.name for t in quoted.tables] == ["Numbers"]
+    assert [c.name for c in quoted.tables[0].columns] == ["id", "Id2"]
+    plain = parse_pipeline({"pipeline": "q", "sql": "CREATE TABLE Numbers (id BIGINT);"})
+    assert [t.name for t in plain.tables] == ["numbers"]
