@@ -9,12 +9,8 @@ from typing import Any
 
 import pytest
 
-from airflow_connectors.spec import (
-    SpecValidationError,
-    load_pipeline,
-    parse_pipeline,
-    validate_pipeline,
-)
+from airflow_connectors.catalog import load_pipeline, parse_pipeline, validate_pipeline
+from airflow_connectors.spec import SpecValidationError
 
 # Verbatim from Feldera's "Input connector orchestration" page.
 NUMBERS_SQL = """CREATE TABLE numbers (
