@@ -132,12 +132,19 @@ def test_pipeline_pause_resume_status(tmp_path: Path) -> None:
 
 
 def test_connector_commands_on_the_embedded_store(tmp_path: Path) -> None:
-    from airflow_connectors.state.store import ConnectorRef, ItemReceipt, StateStore
+    from helpers import pipeline
+
+    from airflow_connectors.state.store import BatchPlan, ConnectorRef, ItemReceipt, StateStore
+    from airflow_connectors.transports import WorkItem
 
     (tmp_path / "connectors").mkdir()  # the embedded default store under AIRFLOW_HOME
     store = StateStore(f"sqlite:///{tmp_path / 'connectors' / 'state.db'}")
     ref = ConnectorRef("shop", "orders", "files")
-    [batch] = store.plan_batches(ref, [{"items": [{"key": "/in/a.json", "start": 0, "end": 9}]}])
+    connector = {"name": "files", "transport": {"name": "datagen", "config": {}}}
+    table = pipeline({"orders": {"columns": {"id": "BIGINT"}, "connectors": [connector]}}).tables[0]
+    item = WorkItem("/in/a.json", start=0, end=9)
+    plan = BatchPlan("shop", table, table.connectors[0], str(tmp_path / "wh"), (item,))
+    [batch] = store.plan_batches(ref, [plan])
     store.commit_batch(batch, "a", [ItemReceipt("/in/a.json", 9, 3, 0, 9, True, 0)], [])
     store.close()
     args = ("connector", "shop", "orders", "files")

@@ -59,7 +59,7 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
     """Ingest batch ``batch_id``; ``spark`` returns the session (started lazily)."""
     t0 = time.monotonic()
     batch = store.load_batch(batch_id)
-    ctx = BatchContext.from_plan(batch.plan, batch_id)
+    ctx = BatchContext.from_plan(batch.plan)
     if batch.status == BatchStatus.COMMITTED:
         if not batch.published and batch.attempt:
             publish_committed(store, ctx, batch_id, batch.attempt)
@@ -74,14 +74,14 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
         return _fail(store, ctx, sink, f"connector {ctx.ref}: {exc}", "transport", exc)
     failpoints.reach("before_sink_write")
     session = spark()
-    plan = json.dumps({"plan": batch.plan, "batch_id": batch_id, "attempt": ctx.attempt})
+    plan = json.dumps(ctx.to_plan().to_json())  # with this attempt
     failpoints.reach("sink_write_started")
     try:
         # One Spark task per work item; each writes its sink part and returns a receipt
         # (or the item's failure: bad input never raises in the worker, see reader).
         # A plain RDD job: Spark's pooled Python workers start once per session, where
         # reading through the data source would start planner processes per batch.
-        items = len(batch.plan["items"])
+        items = len(batch.plan.items)
         rows = (
             session.sparkContext.parallelize(range(items), items)
             .mapPartitionsWithIndex(functools.partial(ingest_partition, plan))

@@ -4,13 +4,12 @@ in the batch plan so an ingest job needs only the state store and the batch id."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from airflow_connectors.catalog import format_of, sink_of, transport_of
 from airflow_connectors.formats import Format
 from airflow_connectors.sinks import Sink
 from airflow_connectors.spec.models import ConnectorSpec, TableSpec
-from airflow_connectors.state.store import ConnectorRef
+from airflow_connectors.state.store import BatchPlan, ConnectorRef
 from airflow_connectors.transports import Transport, WorkItem
 
 
@@ -37,25 +36,28 @@ class BatchContext:
     def sink(self) -> Sink:
         return table_sink(self.pipeline, self.table, self.warehouse)
 
-    def to_plan(self) -> dict[str, Any]:
-        return {
-            "pipeline": self.pipeline,
-            "table": self.table.model_dump(mode="json", exclude={"connectors"}),
-            "connector": self.connector.model_dump(mode="json"),
-            "warehouse": self.warehouse,
-            "items": [i.to_json() for i in self.items],
-        }
+    def to_plan(self) -> BatchPlan:
+        return BatchPlan(
+            pipeline=self.pipeline,
+            # The table as planned; its other connectors are no part of this batch.
+            table=self.table.model_copy(update={"connectors": ()}),
+            connector=self.connector,
+            warehouse=self.warehouse,
+            items=tuple(self.items),
+            batch_id=self.batch_id,
+            attempt=self.attempt,
+        )
 
     @classmethod
-    def from_plan(cls, plan: dict[str, Any], batch_id: int = 0, attempt: str = "") -> BatchContext:
+    def from_plan(cls, plan: BatchPlan) -> BatchContext:
         return cls(
-            pipeline=plan["pipeline"],
-            table=TableSpec.model_validate(plan["table"]),
-            connector=ConnectorSpec.model_validate(plan["connector"]),
-            warehouse=plan["warehouse"],
-            items=[WorkItem.from_json(i) for i in plan["items"]],
-            batch_id=batch_id,
-            attempt=attempt,
+            pipeline=plan.pipeline,
+            table=plan.table,
+            connector=plan.connector,
+            warehouse=plan.warehouse,
+            items=list(plan.items),
+            batch_id=plan.batch_id,
+            attempt=plan.attempt,
         )
 
 

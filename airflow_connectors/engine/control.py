@@ -204,7 +204,7 @@ def stop(store: StateStore, ref: ConnectorRef) -> list[int]:
     store.set_stopped(ref, True)
     released = []
     for batch in store.pending_batches(ref):
-        BatchContext.from_plan(batch.plan, batch.batch_id).sink().discard(batch.batch_id)
+        BatchContext.from_plan(batch.plan).sink().discard(batch.batch_id)
         if store.drop_planned_batch(batch.batch_id):
             released.append(batch.batch_id)
     if released:

@@ -10,12 +10,17 @@ import socket
 import time
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
 
 from airflow_connectors.engine.batch import publish_committed
 from airflow_connectors.engine.context import BatchContext
-from airflow_connectors.spec.models import ConnectorSpec, PipelineSpec, TableSpec
-from airflow_connectors.state.store import ConnectorRef, StateStore
+from airflow_connectors.spec.models import (
+    ConnectorSpec,
+    FormatSpec,
+    PipelineSpec,
+    TableSpec,
+    TransportSpec,
+)
+from airflow_connectors.state.store import BatchPlan, ConnectorRef, StateStore
 from airflow_connectors.transports import Cursor, Limits, Transport, WorkItem
 
 log = logging.getLogger(__name__)
@@ -54,9 +59,7 @@ def roll_forward(store: StateStore, ref: ConnectorRef) -> None:
             log.info(
                 "%s: publishing committed batch %d left by an interrupted run", ref, b.batch_id
             )
-            publish_committed(
-                store, BatchContext.from_plan(b.plan, b.batch_id), b.batch_id, b.attempt
-            )
+            publish_committed(store, BatchContext.from_plan(b.plan), b.batch_id, b.attempt)
 
 
 def discover(
@@ -158,14 +161,15 @@ def _appendable(ctx: BatchContext) -> bool:
     return fmt is not None and fmt.line_oriented
 
 
-def same_source(plan: dict[str, Any], ctx: BatchContext) -> bool:
+def same_source(plan: BatchPlan, ctx: BatchContext) -> bool:
     """Whether a batch plan was made from the same transport and format config."""
-    connector = plan["connector"]
-    fmt = ctx.connector.format
-    return bool(
-        connector["transport"] == ctx.connector.transport.model_dump(mode="json")
-        and connector.get("format") == (fmt.model_dump(mode="json") if fmt else None)
-    )
+
+    def as_json(spec: TransportSpec | FormatSpec | None) -> object:
+        return spec.model_dump(mode="json") if spec is not None else None
+
+    planned, current = plan.connector, ctx.connector
+    same_transport = as_json(planned.transport) == as_json(current.transport)
+    return same_transport and as_json(planned.format) == as_json(current.format)
 
 
 def finalize(store: StateStore, ctx: BatchContext) -> bool:

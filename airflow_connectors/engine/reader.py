@@ -30,7 +30,7 @@ from typing import Any, Literal
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.formats.base import RecordError, conform, target_schema
 from airflow_connectors.sinks.base import PartWriter, SinkUnwritable
-from airflow_connectors.state.store import ErrorRecord, ItemReceipt
+from airflow_connectors.state.store import BatchPlan, ErrorRecord, ItemReceipt
 from airflow_connectors.transports import WorkItem
 
 log = logging.getLogger(__name__)
@@ -348,7 +348,7 @@ def _bytes_only(chunks: Iterable[object]) -> Iterator[bytes]:
 
 def ingest_partition(plan: str, part: int, _rows: Iterator[object]) -> Iterator[str]:
     """Spark task body (``rdd.mapPartitionsWithIndex``): ingest work item ``part`` of the
-    batch described by ``plan`` (JSON: plan, batch_id, attempt) and return its receipt,
+    batch described by ``plan`` (:meth:`BatchPlan.to_json`) and return its receipt,
     or its :class:`ItemFailure`, as one JSON string. Never raises for bad input: the
     driver turns a failure into one line. Module-level so Spark's Python workers import
     it by reference."""
@@ -357,7 +357,7 @@ def ingest_partition(plan: str, part: int, _rows: Iterator[object]) -> Iterator[
     data = json.loads(plan)
     where = f"batch {data['batch_id']}"
     try:
-        ctx = BatchContext.from_plan(data["plan"], data["batch_id"], data["attempt"])
+        ctx = BatchContext.from_plan(BatchPlan.from_json(data))
         item = ctx.items[part]
         where = f"connector {ctx.ref}: batch {ctx.batch_id} failed on {item.key}"
         outcome = ingest_item(ctx, part, item)
@@ -367,7 +367,7 @@ def ingest_partition(plan: str, part: int, _rows: Iterator[object]) -> Iterator[
     except Exception as e:  # a bug, not bad input: still one line, the trace for DEBUG
         failure = ItemFailure(
             "internal",
-            data["plan"]["items"][part]["key"],
+            data["items"][part]["key"],  # the plan as sent: it may not have parsed
             f"{where}: {type(e).__name__}: {cause(e)} (an internal error; the full trace is "
             "logged at DEBUG level)",
             "".join(traceback.format_exception(e)),

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from airflow_connectors.state import schema as s
 from airflow_connectors.state.connectors import Connectors
+from airflow_connectors.state.plan import BatchPlan, stored_keys
 from airflow_connectors.state.records import (
     Batch,
     BatchStatus,
@@ -50,7 +51,7 @@ class Batches(Connectors):
                 .scalars()
                 .all()
             )
-        in_flight = frozenset(item["key"] for plan in plans for item in plan["items"])
+        in_flight = frozenset().union(*(stored_keys(plan) for plan in plans))
         return Cursor(
             offsets={
                 r.key: KeyOffset(r.offset, r.records, bool(r.completed), r.meta or {}) for r in rows
@@ -83,9 +84,12 @@ class Batches(Connectors):
         return [_batch(r) for r in rows]
 
     def plan_batches(
-        self, ref: ConnectorRef, plans: Sequence[dict[str, Any]], now: float | None = None
+        self, ref: ConnectorRef, plans: Sequence[BatchPlan], now: float | None = None
     ) -> list[int]:
         """Persist batch plans before any data moves; returns their ids."""
+        for plan in plans:
+            if plan.ref != ref:
+                raise ValueError(f"a batch plan of connector {plan.ref} given for {ref}")
         now = now or time.time()
         ids = []
         with self.tx() as conn:
@@ -100,19 +104,16 @@ class Batches(Connectors):
                     "planned. Resume it to run it again."
                 )
             for plan in plans:
-                items = plan["items"]
-                counts = [i.get("records") for i in items]
-                sizes = [
-                    i.get("end") - i.get("start", 0) if i.get("end") is not None else None
-                    for i in items
-                ]
+                items = plan.items
+                counts = [i.records for i in items]
+                sizes = [i.end - i.start if i.end is not None else None for i in items]
                 result = conn.execute(
                     sa.insert(s.batches).values(
                         pipeline=ref.pipeline,
                         table_name=ref.table,
                         connector=ref.connector,
                         status=BatchStatus.PLANNED.value,
-                        plan=plan,
+                        plan=plan.stored(),
                         planned_records=_total(counts),
                         planned_items=len(items),
                         planned_bytes=_total(sizes),
@@ -314,7 +315,7 @@ def _batch(r: Any) -> Batch:
         batch_id=r.batch_id,
         ref=ConnectorRef(r.pipeline, r.table_name, r.connector),
         status=BatchStatus(r.status),
-        plan=r.plan,
+        plan=BatchPlan.from_json(r.plan, batch_id=r.batch_id, attempt=""),
         planned_records=r.planned_records,
         planned_items=r.planned_items,
         attempt=r.attempt,

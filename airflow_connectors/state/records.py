@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+
+if TYPE_CHECKING:
+    from airflow_connectors.state.plan import BatchPlan
 
 
 class BatchStatus(StrEnum):
@@ -86,7 +89,7 @@ class Batch:
     batch_id: int
     ref: ConnectorRef
     status: BatchStatus
-    plan: dict[str, Any]
+    plan: BatchPlan
     planned_records: int | None
     planned_items: int
     attempt: str | None  # the committed attempt

@@ -7,7 +7,7 @@ connector is stopped).
 :class:`StateStore` is the one class users construct; its parts live by concern:
 :mod:`.records` (typed records, the state enums), :mod:`.database` (engine, URL errors),
 :mod:`.connectors` (rows, flags, errors, status), :mod:`.batches` (the batch protocol),
-:mod:`.offsets` (editing offsets), :mod:`.signals` (leases and signals to Airflow).
+:mod:`.plan` (the batch plan), :mod:`.offsets` (editing offsets), :mod:`.signals` (leases and signals to Airflow).
 The names this module exported before the split are re-exported here.
 """
 
@@ -17,6 +17,7 @@ from airflow_connectors.state.batches import Batches
 from airflow_connectors.state.connectors import MAX_ERRORS
 from airflow_connectors.state.database import StateStoreUnavailable, create_engine
 from airflow_connectors.state.offsets import Offsets
+from airflow_connectors.state.plan import BatchPlan
 from airflow_connectors.state.records import (
     Batch,
     BatchStatus,
@@ -34,6 +35,7 @@ from airflow_connectors.transports.base import Cursor, KeyOffset
 __all__ = [
     "MAX_ERRORS",
     "Batch",
+    "BatchPlan",
     "BatchStatus",
     "ConnectorNotStopped",
     "ConnectorRef",

@@ -28,6 +28,7 @@ from airflow_connectors.engine.discovery import discover
 from airflow_connectors.engine.reader import ItemFailed, ingest_item
 from airflow_connectors.engine.runner import RunFailed
 from airflow_connectors.state.store import ConnectorRef, StateStore
+from airflow_connectors.transports import WorkItem
 
 CLI = str(Path(sys.executable).parent / "airflow-connectors")
 
@@ -323,9 +324,8 @@ def test_part_writer_failure_in_the_worker_is_a_sink_failure(tmp_path: Path) -> 
     ctx = BatchContext("p", table, connector, str(blocker))
     [batch_id] = discover(store, ctx).batch_ids
     store.close()
-    ctx = BatchContext.from_plan(
-        ctx.to_plan() | {"items": [{"key": str(data), "end": data.stat().st_size}]}, batch_id, "1-x"
-    )
+    ctx.items = [WorkItem(key=str(data), end=data.stat().st_size)]
+    ctx.batch_id, ctx.attempt = batch_id, "1-x"
     with pytest.raises(ItemFailed) as exc:
         ingest_item(ctx, 0, ctx.items[0])
     failure = exc.value.failure

@@ -2,26 +2,41 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from helpers import pipeline
 
 from airflow_connectors.state import schema
 from airflow_connectors.state.store import (
+    BatchPlan,
     ConnectorRef,
     ErrorRecord,
     ItemReceipt,
     StateStore,
     StateStoreUnavailable,
 )
+from airflow_connectors.transports import WorkItem
 
 REF = ConnectorRef("p", "t", "c")
+DATAGEN = {"name": "datagen", "config": {"plan": [{"limit": 5}]}}
+TABLE = pipeline(
+    {"t": {"columns": {"id": "BIGINT"}, "connectors": [{"name": "c", "transport": DATAGEN}]}}
+).tables[0]
 
 
-def plan(*keys: str, records: int | None = None) -> dict:
-    return {"items": [{"key": k, "start": 0, "end": 10, "records": records} for k in keys]}
+def plan(*keys: str, records: int | None = None) -> BatchPlan:
+    return BatchPlan(
+        pipeline="p",
+        table=TABLE.model_copy(update={"connectors": ()}),
+        connector=TABLE.connectors[0],
+        warehouse="wh",
+        items=tuple(WorkItem(k, start=0, end=10, records=records) for k in keys),
+    )
 
 
 def receipt(key: str, records: int = 5, bad: int = 0) -> ItemReceipt:
@@ -59,6 +74,27 @@ def test_plan_commit_offsets_metrics_in_one_step(store_url: str) -> None:
     assert st is not None and st.total_records == 8
     assert store.load_batch(b1).attempt == "1-x"
     store.close()
+
+
+def test_a_plan_reads_back_as_written(store_url: str) -> None:
+    store = StateStore(store_url)
+    [b] = store.plan_batches(REF, [plan("a", "b", records=4)])
+    batch = store.load_batch(b)
+    assert batch.plan == replace(plan("a", "b", records=4), batch_id=b)
+    assert batch.plan.ref == REF and (batch.planned_items, batch.planned_records) == (2, 8)
+    running = replace(batch.plan, attempt="1-x")  # what a Spark task receives
+    assert BatchPlan.from_json(json.loads(json.dumps(running.to_json()))) == running
+    with pytest.raises(ValueError, match=r"a batch plan of connector p\.t\.c given for p\.t\.d"):
+        store.plan_batches(ConnectorRef("p", "t", "d"), [plan("x")])
+    store.close()
+
+
+def test_plans_of_earlier_versions_are_read() -> None:
+    # No batch_id or attempt (the row holds them), keys this version does not know.
+    doc = plan("a").to_json()
+    del doc["batch_id"], doc["attempt"]
+    old = doc | {"future": 1, "items": [{"key": "a", "start": 0, "end": 10, "new": True}]}
+    assert BatchPlan.from_json(old, batch_id=7) == replace(plan("a"), batch_id=7)
 
 
 def test_errors_keep_last_100(store_url: str) -> None:
@@ -106,8 +142,9 @@ def test_schema_migrates_forward_from_v1(store_url: str) -> None:
         conn.execute(
             sa.text(
                 "INSERT INTO ac_batches (pipeline, table_name, connector, status, plan, planned_items, attempts, created_at) "
-                "VALUES ('p', 't', 'c', 'committed', '{\"items\": []}', 0, 1, 0)"
-            )
+                "VALUES ('p', 't', 'c', 'committed', :plan, 0, 1, 0)"
+            ),
+            {"plan": json.dumps(plan().stored())},
         )
     engine.dispose()
     store = StateStore(store_url)  # opening migrates
@@ -207,6 +244,13 @@ def test_a_v4_store_written_by_the_previous_version_opens(tmp_path: Path) -> Non
         assert not sa.inspect(conn).has_table("ac_specs")
     pending = store.pending_batches(REF)
     assert [b.batch_id for b in pending] == [1, 2]
+    first = pending[0].plan
+    assert (first.ref, first.batch_id, first.warehouse) == (REF, 1, "/tmp/v4/warehouse")
+    assert [(i.key, i.start, i.end) for i in first.items] == [
+        ("plan-0000", 0, 2),
+        ("plan-0000", 2, 4),
+    ]
+    assert first.connector.transport.name == "datagen" and first.connector.tasks_max == 2
     assert store.cursor(REF).in_flight == {"plan-0000"}
     st = store.status(REF)
     assert st is not None and (st.state, st.buffered_batches, st.buffered_records) == (

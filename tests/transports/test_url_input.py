@@ -266,9 +266,7 @@ def lines_before(offset: int) -> int:
 def planned_ranges(store_url: str) -> list[tuple[int, int | None]]:
     store = StateStore(store_url)
     try:
-        return [
-            (item["start"], item["end"]) for b in store.batches(REF) for item in b.plan["items"]
-        ]
+        return [(item.start, item.end) for b in store.batches(REF) for item in b.plan.items]
     finally:
         store.close()
 

@@ -308,7 +308,7 @@ class ConnectorIngestOperator(SparkSubmitOperator):
                     "released (the connector was stopped after it was planned); nothing to ingest"
                 ) from None
         # spark-submit's output (errors of the job) may quote the source's config.
-        for secret in plan_secrets(plan):
+        for secret in plan_secrets(plan.to_json()):
             mask_secret(secret)
         self.log.info(
             "connector %s.%s: ingesting batch %d", self.pipeline, self.endpoint, self.batch_id
