@@ -2,11 +2,24 @@
 
 from airflow_connectors.state.store import (
     Batch,
+    BatchPlan,
+    BatchStatus,
     ConnectorRef,
     ConnectorState,
+    ConnectorStatus,
     ErrorRecord,
     ItemReceipt,
     StateStore,
 )
 
-__all__ = ["Batch", "ConnectorRef", "ConnectorState", "ErrorRecord", "ItemReceipt", "StateStore"]
+__all__ = [
+    "Batch",
+    "BatchPlan",
+    "BatchStatus",
+    "ConnectorRef",
+    "ConnectorState",
+    "ConnectorStatus",
+    "ErrorRecord",
+    "ItemReceipt",
+    "StateStore",
+]

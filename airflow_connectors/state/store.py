@@ -5,10 +5,11 @@ same transaction as the batch's state and metrics (and in ``edit_offsets`` while
 connector is stopped).
 
 :class:`StateStore` is the one class users construct; its parts live by concern:
-:mod:`.records` (typed records, the state enums), :mod:`.database` (engine, URL errors),
-:mod:`.connectors` (rows, flags, errors, status), :mod:`.batches` (the batch protocol),
-:mod:`.plan` (the batch plan), :mod:`.offsets` (editing offsets), :mod:`.signals` (leases and signals to Airflow).
-The names this module exported before the split are re-exported here.
+:mod:`.records` (typed records, the state enums), :mod:`.plan` (the batch plan),
+:mod:`.database` (engine, URL errors), :mod:`.connectors` (rows, flags, errors,
+status), :mod:`.batches` (the batch protocol), :mod:`.offsets` (editing offsets) and
+:mod:`.signals` (leases and signals to Airflow). The names this module exported before
+the split are re-exported here.
 """
 
 from __future__ import annotations
