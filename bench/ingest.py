@@ -273,7 +273,7 @@ def pipeline_doc(fmt: str, path: str) -> dict[str, Any]:
 
 def spark_ddl(doc: dict[str, Any]) -> str:
     """The table's columns as a Spark read schema (TIMESTAMP -> TIMESTAMP_NTZ, ...)."""
-    from airflow_connectors.spec import parse_pipeline
+    from airflow_connectors.catalog import parse_pipeline
 
     table = parse_pipeline(doc).table("events")
     return ", ".join(f"{c.name} {c.type.spark_ddl()}" for c in table.columns)
@@ -292,8 +292,8 @@ def engine_settings(work: Path, driver_memory: str) -> Any:
 
 def run_engine(spark: Any, doc: dict[str, Any], work: Path, driver_memory: str) -> dict[str, Any]:
     """One engine ingest into a fresh state store and warehouse under ``work``."""
+    from airflow_connectors.catalog import parse_pipeline
     from airflow_connectors.engine.runner import EmbeddedRunner
-    from airflow_connectors.spec import parse_pipeline
     from airflow_connectors.state.store import StateStore
 
     shutil.rmtree(work, ignore_errors=True)
@@ -335,7 +335,7 @@ NOTHING_NEW = textwrap.dedent(
     t0 = time.perf_counter()
     from airflow_connectors.engine.runner import EmbeddedRunner
     from airflow_connectors.settings import Settings
-    from airflow_connectors.spec import parse_pipeline
+    from airflow_connectors.catalog import parse_pipeline
     from airflow_connectors.state.store import StateStore
     args = json.loads(sys.argv[1])
     settings = Settings(**args["settings"])
@@ -360,8 +360,8 @@ def nothing_new(doc: dict[str, Any], work: Path, driver_memory: str) -> dict[str
     that raises, and in a fresh interpreter (wall time including imports)."""
     from dataclasses import asdict
 
+    from airflow_connectors.catalog import parse_pipeline
     from airflow_connectors.engine.runner import EmbeddedRunner
-    from airflow_connectors.spec import parse_pipeline
     from airflow_connectors.state.store import StateStore
 
     settings = engine_settings(work, driver_memory)

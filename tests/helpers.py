@@ -8,9 +8,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from airflow_connectors.catalog import parse_pipeline
 from airflow_connectors.engine.runner import EmbeddedRunner, RunReport
 from airflow_connectors.settings import Settings
-from airflow_connectors.spec import PipelineSpec, parse_pipeline
+from airflow_connectors.spec import PipelineSpec
 from airflow_connectors.state.store import ConnectorRef, ConnectorState, StateStore
 from airflow_connectors.testing.conformance import table_checksum as checksum  # noqa: F401 - for tests
 

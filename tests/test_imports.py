@@ -35,7 +35,7 @@ def test_import_does_not_load_pyspark(modules: str) -> None:
 def test_spec_parsing_does_not_load_pyspark(tmp_path: object) -> None:
     code = (
         "import sys\n"
-        "from airflow_connectors.spec import parse_pipeline\n"
+        "from airflow_connectors.catalog import parse_pipeline\n"
         "parse_pipeline({'pipeline': 'p', 'tables': {'t': {'columns': {'a': 'INT'}, 'connectors': "
         "[{'transport': {'name': 'datagen', 'config': {'plan': [{'limit': 5}]}}}]}}})\n"
         "print('pyspark' in sys.modules)\n"
@@ -64,11 +64,6 @@ def test_importing_the_spec_imports_no_plugin() -> None:
     )
 
 
-#: The one import upward, deferred to the call: the installed plugins for callers that
-#: pass none (see spec/plugins.py; it goes when they all pass plugins).
-ALLOWED_UPWARD = {("plugins.py", "airflow_connectors.catalog")}
-
-
 def test_spec_modules_import_no_plugin_even_inside_functions() -> None:
     spec_dir = Path(__file__).resolve().parents[1] / "airflow_connectors" / "spec"
     found = []
@@ -82,6 +77,6 @@ def test_spec_modules_import_no_plugin_even_inside_functions() -> None:
                 continue
             for name in names:
                 upward = name.startswith(PLUGIN_PACKAGES) or name == "airflow_connectors.catalog"
-                if upward and (path.name, name) not in ALLOWED_UPWARD:
+                if upward:
                     found.append(f"spec/{path.name}:{node.lineno} imports {name}")
     assert not found, "the spec layer imports plugins: " + "; ".join(found)

@@ -23,7 +23,7 @@ __all__ = [
 
 
 def load_pipeline(
-    path: str | Path, *, pipeline: str | None = None, plugins: Plugins | None = None
+    path: str | Path, *, plugins: Plugins, pipeline: str | None = None
 ) -> PipelineSpec:
     """Read a ``.yaml``/``.yml``/``.json`` spec or a ``.sql`` file of CREATE TABLE
     statements (pipeline name = file stem unless ``pipeline`` is given) and validate it."""

@@ -32,16 +32,3 @@ class Plugins:
     transports: PluginLookup
     formats: PluginLookup
     sinks: PluginLookup
-
-
-def installed_plugins() -> Plugins:
-    """The installed plugins, for callers that pass none.
-
-    Transitional: callers outside the spec layer (the testing kit, the sensors, tests and
-    benchmarks) still call ``parse_pipeline``/``load_pipeline`` without plugins. The
-    import is deferred to the call, and goes to the wiring module above both layers, so
-    importing the spec imports no plugin; once every caller passes ``plugins`` (or uses
-    :mod:`airflow_connectors.catalog`), this fallback goes."""
-    from airflow_connectors.catalog import PLUGINS
-
-    return PLUGINS

@@ -39,7 +39,7 @@ from airflow_connectors.spec.models import (
     is_valid_label,
     is_valid_name,
 )
-from airflow_connectors.spec.plugins import Plugins, installed_plugins
+from airflow_connectors.spec.plugins import Plugins
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -55,7 +55,7 @@ def parse_pipeline(
     name: str | None = None,
     base_dir: Path | None = None,
     source: str | None = None,
-    plugins: Plugins | None = None,
+    plugins: Plugins,
 ) -> PipelineSpec:
     """Validate a spec document (the parsed YAML/JSON) against ``plugins`` and return
     the pipeline. Raises :class:`SpecValidationError` with every problem."""
@@ -68,7 +68,7 @@ def parse_document(
     name: str | None,
     base_dir: Path | None,
     source: str | None,
-    plugins: Plugins | None,
+    plugins: Plugins,
     earlier: Sequence[SpecError] = (),
 ) -> PipelineSpec:
     """:func:`parse_pipeline`; ``earlier``: problems found while reading the file
@@ -86,7 +86,7 @@ def validate_pipeline(
     *,
     name: str | None = None,
     base_dir: Path | None = None,
-    plugins: Plugins | None = None,
+    plugins: Plugins,
 ) -> list[SpecError]:
     """Every problem in ``doc``; empty when it is valid."""
     v = _Validator(base_dir, plugins)
@@ -98,7 +98,7 @@ def resolve_connector(
     connector: ConnectorSpec,
     table: TableSpec,
     *,
-    plugins: Plugins | None = None,
+    plugins: Plugins,
     base_dir: Path | None = None,
 ) -> ConnectorSpec:
     """The connector with its transport and format configs resolved and validated: the
@@ -111,18 +111,16 @@ def resolve_connector(
     run. Raises :class:`SpecValidationError` whose paths start at the connector
     (``transport.config.path``)."""
     errors: list[SpecError] = []
-    resolved = _resolve_connector(
-        connector, table, plugins or installed_plugins(), base_dir, [], errors
-    )
+    resolved = _resolve_connector(connector, table, plugins, base_dir, [], errors)
     if errors or resolved is None:
         raise SpecValidationError(errors)
     return resolved
 
 
 class _Validator:
-    def __init__(self, base_dir: Path | None, plugins: Plugins | None) -> None:
+    def __init__(self, base_dir: Path | None, plugins: Plugins) -> None:
         self.base_dir = base_dir
-        self.plugins = plugins or installed_plugins()
+        self.plugins = plugins
         self.errors: list[SpecError] = []
         # Connectors that parsed, even in tables with errors: start_after is checked
         # across all of them so every problem is reported at once.

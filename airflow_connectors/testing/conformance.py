@@ -90,12 +90,11 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from airflow_connectors.catalog import parse_pipeline, validate_pipeline
 from airflow_connectors.engine import discovery
 from airflow_connectors.engine.batch import run_batch
 from airflow_connectors.engine.reader import ItemFailed, ingest_item
 from airflow_connectors.formats.base import target_schema
-from airflow_connectors.spec import parse_pipeline
-from airflow_connectors.spec.load import validate_pipeline
 from airflow_connectors.state.store import ConnectorState, StateStore
 from airflow_connectors.testing import jobs
 from airflow_connectors.transports import TRANSPORTS, Cursor, KeyOffset, Limits, Transport, WorkItem

@@ -13,8 +13,8 @@ import pytest
 from conftest import DAGS, task_states
 
 from airflow_connectors.airflow.triggers.new_data import ConnectorNewDataTrigger
+from airflow_connectors.catalog import parse_pipeline
 from airflow_connectors.engine.discovery import context
-from airflow_connectors.spec import parse_pipeline
 
 
 def watch_spec(folder: Path) -> Any:

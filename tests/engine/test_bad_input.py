@@ -201,7 +201,7 @@ def _short(r: dict[str, Any]) -> dict[str, Any]:
 def decode_kind(
     k: Kind,
 ) -> tuple[list[dict[str, Any]], list[tuple[str, int, int | None]], list[str]]:
-    from airflow_connectors.spec import parse_pipeline
+    from airflow_connectors.catalog import parse_pipeline
 
     table = parse_pipeline({"pipeline": "p", "tables": {"t": {"columns": COLUMNS}}}).tables[0]
     cls = FORMATS.get(k.format["name"])
@@ -231,7 +231,7 @@ def test_each_kind_through_its_format(name: str) -> None:
 
 @pytest.mark.parametrize("fmt", ["json", "csv"])
 def test_bom_is_consumed_and_binary_is_refused(fmt: str) -> None:
-    from airflow_connectors.spec import parse_pipeline
+    from airflow_connectors.catalog import parse_pipeline
 
     table = parse_pipeline({"pipeline": "p", "tables": {"t": {"columns": COLUMNS}}}).tables[0]
     config = {"update_format": "raw"} if fmt == "json" else {}
@@ -268,8 +268,8 @@ def test_bom_is_consumed_and_binary_is_refused(fmt: str) -> None:
 def test_a_long_quoted_line_across_blocks_is_one_record() -> None:
     """A quoted value longer than MAX_QUOTED_BYTES on one line, beginning in one block
     and ending in the next, is one record (it was cut where the block ended)."""
+    from airflow_connectors.catalog import parse_pipeline
     from airflow_connectors.formats.csv_format import MAX_QUOTED_BYTES
-    from airflow_connectors.spec import parse_pipeline
 
     table = parse_pipeline({"pipeline": "p", "tables": {"t": {"columns": COLUMNS}}}).tables[0]
     cls = FORMATS.get("csv")

@@ -228,7 +228,7 @@ def test_url_input_all_rows_and_end_of_input(
         '{{"labels": "price.backfill", "transport": {{"name": "url_input", "config": {{"path": "{}"}}}}, "format": {{"name": "json"}}}}'
         "]')".format(http_server.url("/price.json"))
     )
-    from airflow_connectors.spec import parse_pipeline
+    from airflow_connectors.catalog import parse_pipeline
 
     spec = parse_pipeline({"pipeline": "tutorial", "sql": sql})
     wh = str(tmp_path / "wh")

@@ -7,14 +7,9 @@ from typing import Any
 
 import pytest
 
-from airflow_connectors.catalog import PLUGINS
-from airflow_connectors.spec import (
-    Plugins,
-    SpecValidationError,
-    parse_pipeline,
-    resolve_connector,
-    validate_pipeline,
-)
+from airflow_connectors.catalog import PLUGINS, parse_pipeline, resolve_connector
+from airflow_connectors.spec import Plugins, SpecValidationError, validate_pipeline
+from airflow_connectors.spec import parse_pipeline as parse_with
 from airflow_connectors.spec.models import ConnectorSpec
 
 
@@ -56,7 +51,7 @@ def test_validation_looks_plugins_up_in_what_it_is_given() -> None:
         formats=Lookup({}),
         sinks=PLUGINS.sinks,
     )
-    spec = parse_pipeline(doc(GENERATED), plugins=only_generated)
+    spec = parse_with(doc(GENERATED), plugins=only_generated)
     assert spec.table("t").connector("c").transport.name == "generated"
 
     problems = validate_pipeline(doc({"name": "datagen"}), plugins=only_generated)

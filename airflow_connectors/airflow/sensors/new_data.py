@@ -12,7 +12,8 @@ from airflow.sdk import BaseSensorOperator
 
 from airflow_connectors.airflow.render import caller_dir
 from airflow_connectors.airflow.triggers.new_data import ConnectorDataAvailableTrigger, probe
-from airflow_connectors.spec import PipelineSpec, load_pipeline
+from airflow_connectors.catalog import load_pipeline
+from airflow_connectors.spec import PipelineSpec
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
