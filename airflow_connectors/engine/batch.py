@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_connectors.engine import failpoints
+from airflow_connectors import failpoints
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.engine.reader import ItemFailure, ingest_partition
 from airflow_connectors.sinks.base import Sink, SinkUnwritable

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from airflow_connectors.engine import failpoints
+from airflow_connectors import failpoints
 from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkUnwritable
 from airflow_connectors.transports.base import StrictConfig
 

@@ -42,7 +42,7 @@ What the suite checks (one test each):
 - bad config is rejected with the JSON path of the field: an unknown key, a wrong type
   for every scalar field of ``Config``, and the source's own :attr:`Source.invalid_configs`;
 - a crash between the sink write and the commit (the ``after_sink_write`` fail point of
-  :mod:`airflow_connectors.engine.failpoints`, the ingest job SIGKILLed on local Spark)
+  :mod:`airflow_connectors.failpoints`, the ingest job SIGKILLed on local Spark)
   re-runs to the same table: same count, same checksum, nothing twice.
 
 How: the checks drive the real engine and state store (SQLite in ``tmp_path``), not a

@@ -2,7 +2,7 @@
 
 A crash test starts ``python -m airflow_connectors.engine.job`` (what spark-submit runs)
 in a session of its own, waits until the job reaches a fail point of
-:mod:`airflow_connectors.engine.failpoints` (``hang_at`` makes the job stop there), and
+:mod:`airflow_connectors.failpoints` (``hang_at`` makes the job stop there), and
 SIGKILLs the whole process group: driver, JVM and Spark's Python workers. The next run
 of the same batches must leave the table as if nothing had happened.
 

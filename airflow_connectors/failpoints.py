@@ -9,9 +9,12 @@ process stops:
   release them together.
 
 The points, in the order a batch passes them: ``before_sink_write``,
-``sink_write_started``, ``after_sink_write``, ``after_commit`` (:mod:`.batch`) and
+``sink_write_started``, ``after_sink_write``, ``after_commit`` (:mod:`airflow_connectors.engine.batch`) and
 ``mid_publish`` (the Parquet sink, after publishing one part of a committed batch while
 more remain).
+
+Standard library only, and at the package's top so every layer that has a point (the
+engine, the sinks) can import it without importing upward.
 """
 
 from __future__ import annotations
