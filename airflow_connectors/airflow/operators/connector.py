@@ -196,7 +196,8 @@ class ConnectorDiscoverOperator(_ConnectorOperator):
 
     @classmethod
     def get_serialized_fields(cls) -> frozenset[str]:
-        return frozenset(super().get_serialized_fields() | {"spec_json"})
+        base: frozenset[str] = super().get_serialized_fields()  # type: ignore[no-untyped-call]
+        return frozenset(base | {"spec_json"})
 
     def execute(self, context: Context) -> list[int]:
         from airflow_connectors.engine.discovery import LeaseBusy, discover

@@ -89,7 +89,7 @@ class _Poll:
                 probe, self.pipeline, self.table, self.connector, record=record
             )
             if fingerprint is not None:
-                yield TriggerEvent(
+                yield TriggerEvent(  # type: ignore[no-untyped-call]  # Airflow's is untyped
                     {
                         "connector": str(self.ref),
                         "endpoint": self.ref.endpoint_name,

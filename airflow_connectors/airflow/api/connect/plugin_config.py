@@ -38,7 +38,8 @@ def plugin_model(name: str, kind: str | None = None) -> type[BaseModel]:
     ``sink``) when given, else of the first type that has one of that name."""
     for k, registry in registries():
         if name in registry and kind in (None, k):
-            return registry.get(name).Config
+            model: type[BaseModel] = registry.get(name).Config
+            return model
     known = ", ".join(f"{n} ({k})" for k, r in registries() for n in r.names())
     raise ApiError(404, f"Plugin {name!r} not found; the plugins are: {known}")
 
