@@ -40,10 +40,13 @@ def is_valid_name(name: str) -> bool:
 
 
 def is_valid_column_name(name: str) -> bool:
+    """Whether ``name`` is a valid column name: any non-empty text without control
+    characters, so quoted SQL identifiers with spaces pass."""
     return _COLUMN_NAME.fullmatch(name) is not None
 
 
 def is_valid_label(label: str) -> bool:
+    """Whether ``label`` can be a connector label (see :data:`LABEL_RULE`)."""
     return _LABEL.fullmatch(label) is not None
 
 
@@ -132,6 +135,7 @@ class TriggerSpec(StrictConfig):
 
     @property
     def poll_seconds(self) -> float:
+        """Seconds between polls: ``poll_interval``, or :data:`DEFAULT_POLL_INTERVAL`."""
         return self.poll_interval or DEFAULT_POLL_INTERVAL
 
 
@@ -157,6 +161,8 @@ class ConnectorSpec(StrictConfig):
 
 
 class ColumnSpec(StrictConfig):
+    """One column of a table: name, SQL type and whether it may be NULL."""
+
     name: str
     type: SqlType
     nullable: bool = True
@@ -173,12 +179,15 @@ class SinkSpec(StrictConfig):
 
 
 class TableSpec(StrictConfig):
+    """A table: its columns, the sink its rows go to and the connectors that fill it."""
+
     name: str
     columns: tuple[ColumnSpec, ...]
     sink: SinkSpec = SinkSpec()
     connectors: tuple[ConnectorSpec, ...] = ()
 
     def connector(self, name: str) -> ConnectorSpec:
+        """The connector called ``name``; raises ``KeyError`` naming the table's connectors."""
         for c in self.connectors:
             if c.name == name:
                 return c
@@ -189,6 +198,7 @@ class TableSpec(StrictConfig):
 
     @property
     def column_names(self) -> list[str]:
+        """The column names in declaration order."""
         return [c.name for c in self.columns]
 
     def arrow_schema(self) -> pa.Schema:
@@ -203,11 +213,14 @@ class TableSpec(StrictConfig):
 
 
 class PipelineSpec(StrictConfig):
+    """A pipeline: a named set of tables; ``source`` is the spec file it came from, if any."""
+
     name: str
     tables: tuple[TableSpec, ...]
     source: str | None = None
 
     def table(self, name: str) -> TableSpec:
+        """The table called ``name``; raises ``KeyError`` naming the pipeline's tables."""
         for t in self.tables:
             if t.name == name:
                 return t
@@ -217,6 +230,7 @@ class PipelineSpec(StrictConfig):
         )
 
     def connectors(self) -> list[tuple[TableSpec, ConnectorSpec]]:
+        """Every connector of the pipeline with its table, in declaration order."""
         return [(t, c) for t in self.tables for c in t.connectors]
 
     def find(self, endpoint: str) -> tuple[TableSpec, ConnectorSpec]:

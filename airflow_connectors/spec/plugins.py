@@ -14,7 +14,9 @@ from typing import Any, Protocol
 class PluginLookup(Protocol):
     """Plugins of one kind by name (``airflow_connectors._registry.Registry``)."""
 
-    def names(self) -> list[str]: ...
+    def names(self) -> list[str]:
+        """The registered names of this kind, sorted."""
+        ...
 
     def __contains__(self, name: str) -> bool: ...
 

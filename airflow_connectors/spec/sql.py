@@ -11,6 +11,9 @@ from typing import Any
 
 @dataclass
 class SqlTable:
+    """One ``CREATE TABLE`` statement as parsed, before it becomes a table document;
+    problems found while parsing are kept in ``errors`` rather than raised."""
+
     name: str
     columns: dict[str, str | tuple[Any, bool]]  # name -> (SqlType, nullable) or error text
     connectors: Any = None  # the parsed JSON value of the 'connectors' property

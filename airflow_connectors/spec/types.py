@@ -63,9 +63,11 @@ class SqlType:
 
     @property
     def is_integer(self) -> bool:
+        """Whether the type is one of the SQL integer types (TINYINT to BIGINT)."""
         return self.kind in INTEGER_TYPES
 
     def arrow(self) -> pa.DataType:
+        """The Arrow type formats decode this column into (TIMESTAMP has no time zone)."""
         import pyarrow as pa
 
         simple = {
@@ -88,6 +90,7 @@ class SqlType:
         return simple[self.kind]
 
     def spark_ddl(self) -> str:
+        """The type in Spark SQL DDL (VARCHAR is STRING, TIMESTAMP is TIMESTAMP_NTZ)."""
         if self.kind == "DECIMAL":
             return f"DECIMAL({self.precision},{self.scale})"
         return {
