@@ -1,18 +1,19 @@
 """Connector control: the state a user sees, the rule for whether a connector may run,
 and Kafka Connect's pause, resume, stop and start transitions.
 
-Every surface asks here: the REST API, the CLI (``stats``, ``connector ... stats
---local``, ``pipeline status``), the gate task and the embedded runner. The caller reads
-the state-store record and says whether the connector's DAG is paused (``None`` when no
-Airflow knows the connector: the store's own flag then, as embedded runs use it);
-nothing here imports Airflow.
+Every surface asks here, through one service, :class:`ConnectorControl`: the REST API,
+the CLI (``stats``, ``connector ... --local``, ``pipeline status``), the gate task and
+the embedded runner. The service reads the state store and asks a :class:`DagSwitch`
+whether the connector's DAG is paused, and pauses it: under Airflow the DAG's flag
+(``airflow_connectors.airflow.dag_switch``), in embedded runs the store's own flag
+(:class:`StoreSwitch`). Nothing here imports Airflow.
 
 Transitions (Kafka Connect's, KIP-875):
 
 - ``stop``: STOPPED. The connector's planned batches are released (their items become new
   work again), nothing is planned while it is stopped (the gate skips, the embedded
   runner passes it over, planning refuses), and only now may its offsets be edited.
-- ``resume``: from any state to RUNNING (the DAG is unpaused by the caller).
+- ``resume``: from any state to RUNNING (the DAG is unpaused through the switch).
 - ``pause``: PAUSED; from STOPPED as well (the offsets are then no longer editable).
 - ``start`` (Feldera's): unpauses a paused connector; a STOPPED one is refused
   (:class:`ConnectorStopped`, HTTP 409): it runs again only after an explicit ``resume``.
@@ -23,9 +24,10 @@ Transitions (Kafka Connect's, KIP-875):
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.state.store import (
@@ -37,17 +39,16 @@ from airflow_connectors.state.store import (
 )
 
 __all__ = [
+    "ConnectorControl",
     "ConnectorStopped",
     "ConnectorView",
+    "DagNotFound",
+    "DagSwitch",
     "State",
+    "StoreSwitch",
     "connector_view",
     "feldera_status",
-    "gate_blocker",
-    "halted",
-    "pause",
-    "resume",
-    "start",
-    "stop",
+    "stopped_message",
     "task_state",
 ]
 
@@ -166,31 +167,6 @@ def feldera_status(
     }
 
 
-def halted(store: StateStore, ref: ConnectorRef, *, spec_paused: bool = False) -> str | None:
-    """Why an embedded run passes the connector over (``"stopped"``, ``"paused"``), or
-    None. The pipeline flag and ``start_after`` are checked by the caller."""
-    view = connector_view(store.status(ref), dag_paused=None, spec_paused=spec_paused)
-    if view.state == State.STOPPED:
-        return "stopped"
-    if view.paused:
-        return "paused"
-    return None
-
-
-def gate_blocker(store: StateStore, ref: ConnectorRef) -> str | None:
-    """The gate's rule before ``start_after``: why a run of the connector must skip
-    (the pipeline is paused, or the connector is stopped), or None."""
-    if store.pipeline_paused(ref.pipeline):
-        return (
-            f"pipeline {ref.pipeline} is paused, so connector {ref} does not run; "
-            f"resume it with `airflow-connectors pipeline {ref.pipeline} resume`"
-        )
-    st = store.status(ref)
-    if st is not None and st.stopped:
-        return stopped_message(ref)
-    return None
-
-
 def stopped_message(ref: ConnectorRef) -> str:
     return (
         f"connector {ref} is stopped: it runs again only after resume "
@@ -199,34 +175,192 @@ def stopped_message(ref: ConnectorRef) -> str:
     )
 
 
+class DagNotFound(LookupError):
+    """The connector has no DAG where the switch looks (Airflow has not parsed its DAG
+    file yet): its paused flag could not be changed."""
+
+
+class DagSwitch(Protocol):
+    """Whether a connector's DAG is paused, and pausing it: the one thing control needs
+    from whatever runs the connector. Under Airflow the DAG's paused flag *is* the
+    connector's (``airflow.dag_switch.AirflowDagSwitch``); embedded runs keep it in the
+    state store (:class:`StoreSwitch`)."""
+
+    def paused(self, ref: ConnectorRef) -> bool | None:
+        """The connector's paused flag; None when the switch does not know the connector
+        (the view then takes the store's flag, else the spec's)."""
+        ...
+
+    def paused_many(self, refs: Sequence[ConnectorRef]) -> dict[ConnectorRef, bool]:
+        """The flags of the connectors the switch knows, in one read."""
+        ...
+
+    def set_paused(self, ref: ConnectorRef, paused: bool) -> None:
+        """Pause or unpause; :class:`DagNotFound` when the switch does not know it."""
+        ...
+
+
+class StoreSwitch:
+    """The embedded runs' switch: the state store's own paused flag."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+
+    def paused(self, ref: ConnectorRef) -> bool | None:
+        st = self.store.status(ref)
+        return None if st is None or st.paused is None else bool(st.paused)
+
+    def paused_many(self, refs: Sequence[ConnectorRef]) -> dict[ConnectorRef, bool]:
+        flags = {ref: self.paused(ref) for ref in refs}
+        return {ref: flag for ref, flag in flags.items() if flag is not None}
+
+    def set_paused(self, ref: ConnectorRef, paused: bool) -> None:
+        self.store.set_connector_paused(ref, paused)
+
+
+class ConnectorControl:
+    """The one way to read a connector's view and to change its state: the gate task,
+    the embedded runner, the CLI and the REST API all call it, each with its switch.
+
+    Transitions write the state store first, then the switch: the store keeps the
+    connector's own flag too, so a connector keeps its state when it later runs
+    embedded; a :class:`DagNotFound` from the switch leaves the store changed."""
+
+    def __init__(self, store: StateStore, switch: DagSwitch | None = None) -> None:
+        self.store = store
+        self.switch: DagSwitch = switch if switch is not None else StoreSwitch(store)
+
+    def view(
+        self,
+        ref: ConnectorRef,
+        *,
+        spec_paused: bool = False,
+        failed_task_trace: str | None = None,
+    ) -> ConnectorView:
+        """The connector's view (:func:`connector_view`) from the store and the switch."""
+        return self._view(
+            ref,
+            self.store.status(ref),
+            self.switch.paused(ref),
+            spec_paused=spec_paused,
+            failed_task_trace=failed_task_trace,
+        )
+
+    def status(self, ref: ConnectorRef, *, failed_task_trace: str | None = None) -> dict[str, Any]:
+        """Feldera's status of the connector (:func:`feldera_status`), one that never
+        ran included."""
+        record = self.store.status(ref)
+        view = self._view(ref, record, self.switch.paused(ref), failed_task_trace=failed_task_trace)
+        return feldera_status(ref, record, view)
+
+    def statuses(self, refs: Sequence[ConnectorRef]) -> dict[ConnectorRef, dict[str, Any]]:
+        """Feldera's status of each connector of ``refs`` that has run (has a record),
+        the switch read once for all."""
+        flags = self.switch.paused_many(refs)
+        out = {}
+        for ref in refs:
+            record = self.store.status(ref)
+            if record is not None:
+                out[ref] = feldera_status(ref, record, self._view(ref, record, flags.get(ref)))
+        return out
+
+    def _view(
+        self,
+        ref: ConnectorRef,
+        record: ConnectorState | None,
+        dag_paused: bool | None,
+        *,
+        spec_paused: bool = False,
+        failed_task_trace: str | None = None,
+    ) -> ConnectorView:
+        return connector_view(
+            record,
+            dag_paused=dag_paused,
+            pipeline_paused=self.store.pipeline_paused(ref.pipeline),
+            spec_paused=spec_paused,
+            failed_task_trace=failed_task_trace,
+        )
+
+    def halted(self, ref: ConnectorRef, *, spec_paused: bool = False) -> str | None:
+        """Why an embedded run passes the connector over (``"stopped"``, ``"paused"``),
+        or None. The pipeline flag and ``start_after`` are checked by the caller."""
+        view = self.view(ref, spec_paused=spec_paused)
+        if view.state == State.STOPPED:
+            return "stopped"
+        if view.paused:
+            return "paused"
+        return None
+
+    def gate_blocker(self, ref: ConnectorRef) -> str | None:
+        """The gate's rule before ``start_after``: why a run of the connector must skip
+        (the pipeline is paused, or the connector is stopped), or None. It does not read
+        the switch: a running gate task means Airflow let the run start (and an Airflow
+        task has no access to the metadata database)."""
+        if self.store.pipeline_paused(ref.pipeline):
+            return (
+                f"pipeline {ref.pipeline} is paused, so connector {ref} does not run; "
+                f"resume it with `airflow-connectors pipeline {ref.pipeline} resume`"
+            )
+        st = self.store.status(ref)
+        if st is not None and st.stopped:
+            return stopped_message(ref)
+        return None
+
+    def stop(self, ref: ConnectorRef) -> list[int]:
+        """STOPPED: mark it stopped, release its planned batches (returns their ids),
+        pause its DAG."""
+        self.store.set_stopped(ref, True)
+        released = []
+        for batch in self.store.pending_batches(ref):
+            BatchContext.from_plan(batch.plan).sink().discard(batch.batch_id)
+            if self.store.drop_planned_batch(batch.batch_id):
+                released.append(batch.batch_id)
+        if released:
+            log.info("connector %s stopped: released planned batch(es) %s", ref, released)
+        self.switch.set_paused(ref, True)
+        return released
+
+    def resume(self, ref: ConnectorRef) -> None:
+        """From any state to running: not stopped, unpaused."""
+        self.store.set_stopped(ref, False)
+        self.store.set_connector_paused(ref, False)
+        self.switch.set_paused(ref, False)
+
+    def pause(self, ref: ConnectorRef) -> None:
+        """PAUSED, from STOPPED as well."""
+        self.store.set_stopped(ref, False)
+        self.store.set_connector_paused(ref, True)
+        self.switch.set_paused(ref, True)
+
+    def start(self, ref: ConnectorRef) -> None:
+        """Feldera's ``start``: unpause; refused for a stopped connector (resume it)."""
+        st = self.store.status(ref)
+        if st is not None and st.stopped:
+            raise ConnectorStopped(stopped_message(ref))
+        self.store.set_connector_paused(ref, False)
+        self.switch.set_paused(ref, False)
+
+
+# Until every surface calls ConnectorControl: the former functions, on the store's flag.
+def halted(store: StateStore, ref: ConnectorRef, *, spec_paused: bool = False) -> str | None:
+    return ConnectorControl(store).halted(ref, spec_paused=spec_paused)
+
+
+def gate_blocker(store: StateStore, ref: ConnectorRef) -> str | None:
+    return ConnectorControl(store).gate_blocker(ref)
+
+
 def stop(store: StateStore, ref: ConnectorRef) -> list[int]:
-    """Mark the connector stopped and release its planned batches; returns their ids."""
-    store.set_stopped(ref, True)
-    released = []
-    for batch in store.pending_batches(ref):
-        BatchContext.from_plan(batch.plan).sink().discard(batch.batch_id)
-        if store.drop_planned_batch(batch.batch_id):
-            released.append(batch.batch_id)
-    if released:
-        log.info("connector %s stopped: released planned batch(es) %s", ref, released)
-    return released
+    return ConnectorControl(store).stop(ref)
 
 
 def resume(store: StateStore, ref: ConnectorRef) -> None:
-    """From any state to running; the caller unpauses the DAG (under Airflow)."""
-    store.set_stopped(ref, False)
-    store.set_connector_paused(ref, False)
+    ConnectorControl(store).resume(ref)
 
 
 def pause(store: StateStore, ref: ConnectorRef) -> None:
-    """PAUSED, from STOPPED as well; the caller pauses the DAG (under Airflow)."""
-    store.set_stopped(ref, False)
-    store.set_connector_paused(ref, True)
+    ConnectorControl(store).pause(ref)
 
 
 def start(store: StateStore, ref: ConnectorRef) -> None:
-    """Feldera's ``start``: unpause; refused for a stopped connector (resume it)."""
-    st = store.status(ref)
-    if st is not None and st.stopped:
-        raise ConnectorStopped(stopped_message(ref))
-    store.set_connector_paused(ref, False)
+    ConnectorControl(store).start(ref)

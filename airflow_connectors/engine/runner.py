@@ -71,8 +71,9 @@ class RunFailed(BatchFailed):
 
 
 def connector_paused(store: StateStore, ref: ConnectorRef, spec: ConnectorSpec) -> bool:
-    """Paused or stopped (engine.control's rule), so an embedded run passes it over."""
-    return control.halted(store, ref, spec_paused=spec.paused) is not None
+    """Paused or stopped (engine.control's rule, the store's own flag as the switch), so
+    an embedded run passes it over."""
+    return control.ConnectorControl(store).halted(ref, spec_paused=spec.paused) is not None
 
 
 def waiting_for(store: StateStore, pipeline: PipelineSpec, spec: ConnectorSpec) -> list[str]:
@@ -102,6 +103,8 @@ class EmbeddedRunner:
         self.pipeline = pipeline
         self.settings = settings
         self.store = store or StateStore(settings.state_store_url)
+        #: Embedded: the connector's paused flag is the store's own (no DAG).
+        self.control = control.ConnectorControl(self.store, control.StoreSwitch(self.store))
         self._spark_factory = spark
         self._spark: Any = None
 
@@ -163,7 +166,7 @@ class EmbeddedRunner:
                 if rep.status == "failed":
                     continue  # fails alone, once per run; the next run retries it
                 ref = ConnectorRef(self.pipeline.name, table.name, spec.name)
-                halted = control.halted(self.store, ref, spec_paused=spec.paused)
+                halted = self.control.halted(ref, spec_paused=spec.paused)
                 if halted:
                     rep.status = halted  # paused, or stopped until resumed
                     continue

@@ -4,6 +4,7 @@ for embedded runs, and concurrent runs of one connector."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,13 +83,13 @@ def test_one_derivation_for_every_state(store_url: str, tmp_path: Path) -> None:
     assert (failed.state, failed.trace) == (State.FAILED, "boom")
     assert control.feldera_status(REF, store.status(REF), failed)["fatal_error"] == "boom"
 
-    control.stop(store, REF)
+    control.ConnectorControl(store).stop(REF)
     stopped = view(store, dag_paused=False)  # its DAG unpaused (the UI toggle): still stopped
     assert (stopped.state, stopped.paused) == (State.STOPPED, True)
     doc = control.feldera_status(REF, store.status(REF), stopped)
     assert (doc["state"], doc["paused"]) == ("STOPPED", True)
 
-    control.resume(store, REF)
+    control.ConnectorControl(store).resume(REF)
     # The failed batch was released by the stop: nothing is failing any more.
     resumed = view(store)
     assert (resumed.state, resumed.trace) == (State.RUNNING, None)
@@ -105,25 +106,72 @@ def test_tasks_of_a_paused_connector_are_not_running() -> None:
 
 def test_stopped_runs_only_after_resume(sqlite_url: str, tmp_path: Path) -> None:
     store = StateStore(sqlite_url)
+    ctl = control.ConnectorControl(store)
     planned(store, tmp_path)
-    assert control.stop(store, REF) != []
-    assert control.gate_blocker(store, REF) == control.stopped_message(REF)
+    assert ctl.stop(REF) != []
+    assert ctl.gate_blocker(REF) == control.stopped_message(REF)
     with pytest.raises(ConnectorStopped, match=r"runs again only after resume"):
-        control.start(store, REF)  # Feldera's start does not undo a stop
+        ctl.start(REF)  # Feldera's start does not undo a stop
     with pytest.raises(ConnectorStopped, match="was stopped while this run was planning"):
         planned(store, tmp_path)  # a run that passed its gate before the stop plans nothing
     store.edit_offsets(REF, None)  # allowed: stopped, nothing in flight
 
-    control.pause(store, REF)  # Kafka Connect: STOPPED -> PAUSED
+    ctl.pause(REF)  # Kafka Connect: STOPPED -> PAUSED
     assert view(store).state == State.PAUSED
     with pytest.raises(ConnectorNotStopped):
         store.edit_offsets(REF, None)
-    control.start(store, REF)
-    assert view(store).state == State.RUNNING and control.gate_blocker(store, REF) is None
+    ctl.start(REF)
+    assert view(store).state == State.RUNNING and ctl.gate_blocker(REF) is None
 
-    control.stop(store, REF)
-    control.resume(store, REF)
+    ctl.stop(REF)
+    ctl.resume(REF)
     assert view(store).state == State.RUNNING
+    store.close()
+
+
+class DictSwitch:
+    """A stand-in for Airflow's DAG flags: the connectors it knows and their flags."""
+
+    def __init__(self, flags: dict[ConnectorRef, bool]) -> None:
+        self.flags = flags
+
+    def paused(self, ref: ConnectorRef) -> bool | None:
+        return self.flags.get(ref)
+
+    def paused_many(self, refs: Sequence[ConnectorRef]) -> dict[ConnectorRef, bool]:
+        return {r: self.flags[r] for r in refs if r in self.flags}
+
+    def set_paused(self, ref: ConnectorRef, paused: bool) -> None:
+        if ref not in self.flags:
+            raise control.DagNotFound(str(ref))
+        self.flags[ref] = paused
+
+
+def test_the_switch_is_the_connectors_flag(sqlite_url: str, tmp_path: Path) -> None:
+    store = StateStore(sqlite_url)
+    planned(store, tmp_path)
+    switch = DictSwitch({REF: False})
+    ctl = control.ConnectorControl(store, switch)
+    ctl.pause(REF)
+    assert switch.flags[REF] is True and ctl.view(REF).state == State.PAUSED
+    switch.flags[REF] = False  # unpaused in the Airflow UI: the DAG's flag wins
+    assert ctl.view(REF).state == State.RUNNING and ctl.halted(REF) is None
+    assert ctl.statuses([REF])[REF]["paused"] is False
+    ctl.stop(REF)
+    assert switch.flags[REF] is True and ctl.status(REF)["state"] == "STOPPED"
+    ctl.resume(REF)
+    assert switch.flags[REF] is False and ctl.view(REF).state == State.RUNNING
+
+    # A connector the switch does not know: its store flag, and the change still lands there.
+    other = DictSwitch({})
+    with pytest.raises(control.DagNotFound):
+        control.ConnectorControl(store, other).pause(REF)
+    assert control.ConnectorControl(store, other).view(REF).state == State.PAUSED
+    # Embedded: the store's own flag is the switch.
+    embedded = control.ConnectorControl(store)
+    assert embedded.halted(REF) == "paused"
+    embedded.start(REF)
+    assert embedded.halted(REF) is None and store.status(REF).paused is False  # type: ignore[union-attr]
     store.close()
 
 
@@ -139,7 +187,7 @@ def test_offsets_refused_while_batches_are_in_flight(sqlite_url: str, tmp_path: 
 def test_embedded_run_passes_a_stopped_connector_over(sqlite_url: str, tmp_path: Path) -> None:
     spec = pipeline(datagen())
     store = StateStore(sqlite_url)
-    control.stop(store, REF)
+    control.ConnectorControl(store).stop(REF)
     report = run(spec, sqlite_url, str(tmp_path / "wh"), _no_spark())
     assert report.connectors["t.c"].status == "stopped" and report.batches == 0
     store.close()
