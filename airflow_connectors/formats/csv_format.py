@@ -314,6 +314,9 @@ def _line_end(data: bytes, pos: int) -> tuple[int, int]:
 
 
 class CsvFormat(Format):
+    """The ``csv`` format: delimited text, fields by position; the record rules are in
+    the module docstring."""
+
     name = "csv"
     Config = CsvConfig
     config: CsvConfig
@@ -326,6 +329,7 @@ class CsvFormat(Format):
 
     @property
     def line_oriented(self) -> bool:
+        """Always: a record starts after a line end outside quotes."""
         return True
 
     def decode(
@@ -337,6 +341,8 @@ class CsvFormat(Format):
         at_start: bool,
         first_line: int | None = None,
     ) -> Iterator[Decoded]:
+        """Decodes block by block with pyarrow; where a quoted value spans lines or a
+        block fails, finds the records itself so one bad record is one dead letter."""
         record = first_record
         line = first_line if first_line is not None else (1 if at_start else None)
         header = self.config.headers and at_start

@@ -81,6 +81,9 @@ class _Record:
 
 
 class JsonFormat(Format):
+    """The ``json`` format: one JSON object per record (lines or an array); the record
+    rules are in the module docstring."""
+
     name = "json"
     Config = JsonConfig
     config: JsonConfig
@@ -109,6 +112,7 @@ class JsonFormat(Format):
 
     @property
     def line_oriented(self) -> bool:
+        """True unless ``array: true``: an array must be read whole."""
         return not self.config.array
 
     def decode(
@@ -120,6 +124,8 @@ class JsonFormat(Format):
         at_start: bool,
         first_line: int | None = None,
     ) -> Iterator[Decoded]:
+        """Decodes records with pyarrow; an ``array: true`` object is read whole, otherwise
+        records are cut at line ends and braces. One bad record is one dead letter."""
         line = first_line if first_line is not None else (1 if at_start else None)
         if self.config.array:
             data = b"".join(chunks)

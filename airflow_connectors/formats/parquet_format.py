@@ -14,6 +14,8 @@ class ParquetConfig(StrictConfig):
 
 
 class ParquetFormat(Format):
+    """The ``parquet`` format: columns matched by name and cast to the table's types."""
+
     name = "parquet"
     Config = ParquetConfig
 
@@ -26,6 +28,9 @@ class ParquetFormat(Format):
         at_start: bool,
         first_line: int | None = None,
     ) -> Iterator[Decoded]:
+        """Reads the whole object, one row group at a time; a row group that does not
+        convert is split so only its bad rows become dead letters. Not line oriented:
+        reading starts at the start of the object."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 

@@ -27,7 +27,9 @@ class PartWriter(ABC):
     """Writes one work item's rows (or dead letters) of one batch attempt."""
 
     @abstractmethod
-    def write(self, table: pa.Table) -> None: ...
+    def write(self, table: pa.Table) -> None:
+        """Append rows with the table's Arrow schema; called once per decoded chunk, so
+        a part is written in several calls before :meth:`close`."""
 
     @abstractmethod
     def close(self) -> int:
@@ -39,6 +41,11 @@ class PartWriter(ABC):
 
 
 class Sink(ABC):
+    """Where a table's rows go. Subclasses set ``name`` and ``Config`` and implement
+    the staged-write protocol: ``prepare`` an attempt, ``writer`` per part inside Spark,
+    then ``publish`` once the batch commits, or ``discard`` the attempt's output.
+    ``publish`` is called again after a crash, so it must be idempotent."""
+
     name: ClassVar[str]
     Config: ClassVar[type[StrictConfig]]
 

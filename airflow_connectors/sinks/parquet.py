@@ -40,6 +40,8 @@ class ParquetSinkConfig(StrictConfig):
 
 
 def errors_schema() -> pa.Schema:
+    """The Arrow schema of a dead-letter table: one row per record that could not be
+    ingested, with where it came from, its raw text and the error."""
     import pyarrow as pa
 
     return pa.schema(
@@ -131,11 +133,16 @@ class _ParquetPart(PartWriter):
 
 
 class ParquetSink(Sink):
+    """The default sink: Parquet files under ``<warehouse>/<pipeline>/<table>`` (or
+    ``path``), dead letters in ``<path>__errors``. Parts are staged under
+    ``<warehouse>/<pipeline>/_staging`` and moved into the table on publish."""
+
     name = "parquet"
     Config = ParquetSinkConfig
     config: ParquetSinkConfig
 
     def location(self, kind: Kind = "rows") -> str:
+        """``path``, or ``<warehouse>/<pipeline>/<table>``; dead letters beside it with ``__errors``."""
         base = self.config.path or os.path.join(self.warehouse, self.pipeline, self.table.name)
         return base if kind == "rows" else f"{base}__errors"
 
@@ -144,6 +151,8 @@ class ParquetSink(Sink):
         return root if attempt is None else os.path.join(root, f"batch-{batch_id:010d}-{attempt}")
 
     def prepare(self, batch_id: int, attempt: str) -> None:
+        """Clears the attempt's staging folder and checks the table, dead-letter and
+        staging folders can be written."""
         shutil.rmtree(self._staging(batch_id, attempt), ignore_errors=True)
         # On the driver, before Spark starts: an unwritable warehouse is one line naming
         # the path, not a failure of every Spark task.
@@ -155,12 +164,15 @@ class ParquetSink(Sink):
                 )
 
     def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:
+        """A Parquet file ``part-<batch>-<part>.parquet`` in the attempt's staging folder."""
         name = f"part-{batch_id:010d}-{part:05d}.parquet"
         return _ParquetPart(
             os.path.join(self._staging(batch_id, attempt), kind, name), self.config.compression
         )
 
     def publish(self, batch_id: int, attempt: str) -> None:
+        """Moves the staged parts into the table folders (a rename each), then drops the
+        batch's staging; parts already moved by an earlier run are skipped."""
         # Re-run after a crash between two parts (rolled forward), and possibly beside
         # another run publishing the same committed attempt (an Airflow retry beside a
         # zombie task): a part is done once it is in the table, whoever moved it.
@@ -189,6 +201,7 @@ class ParquetSink(Sink):
         self.discard(batch_id)
 
     def discard(self, batch_id: int, attempt: str | None = None) -> None:
+        """Removes staging folders; never touches published parts."""
         if attempt is not None:
             shutil.rmtree(self._staging(batch_id, attempt), ignore_errors=True)
             return

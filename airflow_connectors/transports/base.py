@@ -45,10 +45,12 @@ class WorkItem:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        """The item as a JSON-ready dict; the batch plan stores work items this way."""
         return {**dataclasses.asdict(self), "meta": dict(self.meta)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> WorkItem:
+        """The inverse of :meth:`to_json`."""
         return cls(**data)
 
 
@@ -71,6 +73,7 @@ class Cursor:
     first_discovered_at: float | None = None
 
     def get(self, key: str) -> KeyOffset | None:
+        """The committed offset of ``key``; ``None`` when nothing of it was committed."""
         return self.offsets.get(key)
 
 

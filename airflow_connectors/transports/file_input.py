@@ -60,6 +60,9 @@ class FileInputConfig(StrictConfig):
 
 
 class FileInputTransport(Transport):
+    """The ``file_input`` transport: each matching local file is a work item, keyed by its
+    absolute path; byte offsets let a followed file be read again from where it stopped."""
+
     name = "file_input"
     Config = FileInputConfig
     config: FileInputConfig
@@ -76,9 +79,12 @@ class FileInputTransport(Transport):
 
     @property
     def bounded(self) -> bool:
+        """Bounded unless ``follow: true``."""
         return not self.config.follow
 
-    def list_files(self) -> list[str]:
+    def _list_files(self) -> list[str]:
+        """Absolute paths of the files ``path`` matches now, sorted; under a folder,
+        names starting with ``.`` or ``_`` (and their folders) are skipped."""
         path = self.config.path
         if glob.has_magic(path):
             found = glob.glob(path, recursive=True)
@@ -99,8 +105,11 @@ class FileInputTransport(Transport):
         return sorted(os.path.abspath(f) for f in found if os.path.isfile(f))
 
     def discover(self, cursor: Cursor, limits: Limits) -> Iterator[WorkItem]:
+        """New files from byte 0, and the unread tail of files not read to their end. Files
+        modified within ``min_file_age`` wait; a committed file that changed is a notice
+        (or new work, when its format is line oriented and it grew)."""
         emitted = 0
-        files = self.list_files()
+        files = self._list_files()
         if not files and not self.config.follow and not cursor.offsets:
             self.notices.append(
                 (
@@ -178,7 +187,7 @@ class FileInputTransport(Transport):
         including files that wait for ``min_file_age``."""
         if self.config.follow:
             return False
-        for path in self.list_files():
+        for path in self._list_files():
             done = cursor.get(path)
             if done is None or not done.completed:
                 return False
@@ -191,6 +200,7 @@ class FileInputTransport(Transport):
         return None
 
     def read(self, item: WorkItem) -> Iterator[bytes]:
+        """The bytes of ``item``'s byte range; ``FileNotFoundError`` when the file is gone."""
         chunk = self.config.buffer_size_bytes or READ_CHUNK
         try:
             fh = open(item.key, "rb")  # noqa: SIM115 - closed below; a generator owns it
@@ -212,4 +222,5 @@ class FileInputTransport(Transport):
                 yield data
 
     def describe(self) -> str:
+        """The path, with ``(follow)`` when following."""
         return f"file_input: {self.config.path}{' (follow)' if self.config.follow else ''}"

@@ -40,6 +40,8 @@ _VALIDATORS = {"etag": "etag", "last_modified": "last-modified"}
 
 
 class UrlInputConfig(StrictConfig):
+    """Config of ``url_input``: Feldera's HTTP GET connector."""
+
     path: str = Field(
         min_length=1,
         description="The http:// or https:// URL whose body is read (GET). A user and "
@@ -90,11 +92,17 @@ class BodyChanged(OSError):
 
 
 class UrlInputTransport(Transport):
+    """The ``url_input`` transport: the body of one URL is one work item, keyed by the URL;
+    line formats read it in byte ranges (HTTP Range requests) across batches."""
+
     name = "url_input"
     Config = UrlInputConfig
     config: UrlInputConfig
 
     def discover(self, cursor: Cursor, limits: Limits) -> Iterator[WorkItem]:
+        """At most one item: the rest of the body after the committed offset (one range of
+        ``range_bytes`` for line formats). Raises :class:`BodyChanged` when the body is no
+        longer the one whose first bytes were committed."""
         key = self.config.path
         done = cursor.get(key)
         if key in cursor.in_flight or (done is not None and done.completed):
@@ -134,6 +142,7 @@ class UrlInputTransport(Transport):
         )
 
     def exhausted(self, cursor: Cursor) -> bool | None:
+        """True once the whole body is committed."""
         # Decided from the offsets alone: finalize then asks the server nothing.
         done = cursor.get(self.config.path)
         return done is not None and done.completed
@@ -189,6 +198,8 @@ class UrlInputTransport(Transport):
         )
 
     def read(self, item: WorkItem) -> Iterator[bytes]:
+        """GETs ``item``'s byte range. Raises ``TimeoutError`` or another ``OSError`` when the
+        server cannot be reached, :class:`BodyChanged` when the body changed since it was planned."""
         import httpx
 
         try:
@@ -307,6 +318,7 @@ class UrlInputTransport(Transport):
         )
 
     def describe(self) -> str:
+        """The URL, with any password masked."""
         return f"url_input: {mask_url(self.config.path)}"
 
 

@@ -77,9 +77,12 @@ class DatagenTransport(Transport):
 
     @property
     def bounded(self) -> bool:
+        """Bounded when every plan has a ``limit``."""
         return all(plan.limit is not None for plan in self.config.plan)
 
     def discover(self, cursor: Cursor, limits: Limits) -> Iterator[WorkItem]:
+        """Row ranges of ``worker_chunk_size`` rows (plans in order), as many as the rate
+        schedule, ``max_records`` and ``max_items`` allow now."""
         budget = limits.max_records  # rows left to hand out in this discovery
         items_left = limits.max_items
         # Rate schedule: plan p may start once the rated plans before it had time to run.
@@ -130,6 +133,7 @@ class DatagenTransport(Transport):
         return int(max(end, done))
 
     def exhausted(self, cursor: Cursor) -> bool:
+        """True once every plan of a bounded config has committed its ``limit`` rows."""
         if not self.bounded:
             return False
         return all(
@@ -143,6 +147,9 @@ class DatagenTransport(Transport):
         return 0 if done is None else done.offset
 
     def read(self, item: WorkItem) -> Iterator[pa.RecordBatch]:
+        """Generates the item's rows as record batches in the table's schema. Rows depend only
+        on the seed, plan, column and row index, so a re-read yields the same rows. Raises
+        ``ValueError`` when the item names no plan or rows outside it."""
         import numpy as np
         import pyarrow as pa
 
@@ -177,6 +184,7 @@ class DatagenTransport(Transport):
         return p
 
     def describe(self) -> str:
+        """Plans, limit, rates and seed on one line."""
         plans = self.config.plan
         parts = [f"{len(plans)} plan{'' if len(plans) == 1 else 's'}"]
         if self.bounded:
