@@ -29,6 +29,8 @@ class Batches(Connectors):
     """Batches of a connector (``ac_batches``) and the offsets their commits write."""
 
     def cursor(self, ref: ConnectorRef) -> Cursor:
+        """What discovery starts from: the committed offset of every key, the keys of
+        planned (uncommitted) batches as in flight, and when the connector first discovered."""
         with self.tx() as conn:
             rows = conn.execute(
                 sa.select(
@@ -61,9 +63,12 @@ class Batches(Connectors):
         )
 
     def pending_batches(self, ref: ConnectorRef) -> list[Batch]:
+        """Batches planned and not yet committed (or released), oldest first."""
         return self._batches(ref, s.batches.c.status == BatchStatus.PLANNED.value)
 
     def unpublished_batches(self, ref: ConnectorRef) -> list[Batch]:
+        """Committed batches whose sink output is not yet published, oldest first: a
+        run that crashed between commit and publish left them."""
         return self._batches(
             ref,
             sa.and_(
@@ -72,6 +77,7 @@ class Batches(Connectors):
         )
 
     def batches(self, ref: ConnectorRef) -> list[Batch]:
+        """Every batch of the connector, in any status, oldest first."""
         return self._batches(ref, sa.true())
 
     def _batches(self, ref: ConnectorRef, cond: sa.ColumnElement[bool]) -> list[Batch]:
@@ -138,6 +144,7 @@ class Batches(Connectors):
         return ids
 
     def load_batch(self, batch_id: int) -> Batch:
+        """The batch ``batch_id``; raises ``KeyError`` when the store has none."""
         with self.tx() as conn:
             row = conn.execute(sa.select(s.batches).where(s.batches.c.batch_id == batch_id)).first()
         if row is None:
@@ -145,6 +152,7 @@ class Batches(Connectors):
         return _batch(row)
 
     def start_attempt(self, batch_id: int) -> int:
+        """Count one more attempt at the batch; returns the attempt number (1 for the first)."""
         with self.tx() as conn:
             conn.execute(
                 sa.update(s.batches)
@@ -243,6 +251,7 @@ class Batches(Connectors):
         return True
 
     def mark_published(self, batch_id: int) -> None:
+        """Record that the batch's sink output was published (idempotent)."""
         with self.tx() as conn:
             conn.execute(
                 sa.update(s.batches).where(s.batches.c.batch_id == batch_id).values(published=True)

@@ -66,6 +66,7 @@ class Connectors(Database):
             )
 
     def pipeline_paused(self, pipeline: str) -> bool:
+        """Whether the pipeline was paused (CLI, REST API); False when never set."""
         with self.tx() as conn:
             row = conn.execute(
                 sa.select(s.pipelines.c.paused).where(s.pipelines.c.pipeline == pipeline)
@@ -73,6 +74,7 @@ class Connectors(Database):
         return bool(row[0]) if row else False
 
     def set_pipeline_paused(self, pipeline: str, paused: bool) -> None:
+        """Pause or resume every connector of the pipeline; the connectors' own flags are kept."""
         with self.tx() as conn:
             n = conn.execute(
                 sa.update(s.pipelines)
@@ -87,9 +89,11 @@ class Connectors(Database):
                 )
 
     def set_connector_paused(self, ref: ConnectorRef, paused: bool | None) -> None:
+        """Pause or resume one connector; ``None`` goes back to the spec's ``paused``."""
         self._update_connector(ref, paused=paused)
 
     def set_stopped(self, ref: ConnectorRef, stopped: bool) -> None:
+        """Set the Kafka Connect STOPPED flag; releasing the planned batches is the caller's work."""
         self._update_connector(ref, stopped=stopped)
 
     def set_restarting(self, ref: ConnectorRef) -> None:
@@ -97,6 +101,8 @@ class Connectors(Database):
         self._update_connector(ref, state=ConnectorStatus.RESTARTING.value)
 
     def set_end_of_input(self, ref: ConnectorRef, end_of_input: bool) -> None:
+        """Record whether the connector reached end of input; the first time it does,
+        ``finished_at`` is set."""
         now = time.time()
         with self.tx() as conn:
             self.ensure_connector(ref, conn)
@@ -178,6 +184,8 @@ class Connectors(Database):
             )
 
     def status(self, ref: ConnectorRef) -> ConnectorState | None:
+        """The connector's stored state with its counters, what planned batches hold
+        (``buffered_*``) and its recent errors; ``None`` when the store never saw it."""
         with self.tx() as conn:
             row = conn.execute(sa.select(s.connectors).where(ref.where(s.connectors))).first()
             if row is None:
@@ -224,6 +232,8 @@ class Connectors(Database):
         return st
 
     def known_connectors(self, pipeline: str | None = None) -> list[ConnectorRef]:
+        """Every connector the store has a row for (of ``pipeline``, when given), whether
+        or not a spec still names it."""
         with self.tx() as conn:
             q = sa.select(
                 s.connectors.c.pipeline, s.connectors.c.table_name, s.connectors.c.connector

@@ -128,15 +128,19 @@ class Database:
                 s.migrate(self.engine)
 
     def close(self) -> None:
+        """Close the store's pooled database connections."""
         self.engine.dispose()
 
     @contextmanager
     def tx(self) -> Iterator[sa.Connection]:
+        """A connection in one transaction: committed when the block ends, rolled back
+        when it raises."""
         with self.engine.begin() as conn:
             yield conn
 
     @property
     def safe_url(self) -> str:
+        """The database URL with its password hidden, for logs and errors."""
         return self.engine.url.render_as_string(hide_password=True)
 
 

@@ -38,6 +38,7 @@ class BatchPlan:
 
     @property
     def ref(self) -> ConnectorRef:
+        """The connector this plan belongs to."""
         return ConnectorRef(self.pipeline, self.table.name, self.connector.name)
 
     def to_json(self) -> dict[str, Any]:

@@ -38,18 +38,22 @@ class ConnectorStatus(StrEnum):
 
 @dataclass(frozen=True)
 class ConnectorRef:
+    """Names one connector in the store: pipeline, table and connector name."""
+
     pipeline: str
     table: str
     connector: str
 
     @property
     def endpoint_name(self) -> str:
+        """``table.connector``, the name Feldera's API gives an input endpoint."""
         return f"{self.table}.{self.connector}"
 
     def __str__(self) -> str:
         return f"{self.pipeline}.{self.table}.{self.connector}"
 
     def where(self, t: sa.Table) -> sa.ColumnElement[bool]:
+        """The condition selecting this connector's rows of a state table."""
         return sa.and_(
             t.c.pipeline == self.pipeline,
             t.c.table_name == self.table,
@@ -73,11 +77,15 @@ class ItemReceipt:
     meta: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The receipt as a dict; a Spark task sends receipts to the driver this way."""
         return self.__dict__.copy()
 
 
 @dataclass(frozen=True)
 class ErrorRecord:
+    """One parse or transport error to keep with the connector (the last ``MAX_ERRORS``
+    of each kind are kept)."""
+
     kind: str  # parse | transport
     message: str
     source_key: str | None = None
@@ -86,6 +94,9 @@ class ErrorRecord:
 
 @dataclass
 class Batch:
+    """A stored batch (a row of ``ac_batches``): its plan, status and, once committed,
+    the attempt that won and whether its output is published."""
+
     batch_id: int
     ref: ConnectorRef
     status: BatchStatus

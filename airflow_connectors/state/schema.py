@@ -185,7 +185,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
 LATEST = len(MIGRATIONS)
 
 
-def current_version(conn: Connection) -> int:
+def _current_version(conn: Connection) -> int:
     if not sa.inspect(conn).has_table("ac_schema"):
         return 0
     return int(conn.execute(sa.select(schema_version.c.version)).scalar() or 0)
@@ -194,7 +194,7 @@ def current_version(conn: Connection) -> int:
 def migrate(engine: sa.Engine, target: int = LATEST) -> int:
     """Bring the store to ``target``; returns the version it started from."""
     with engine.begin() as conn:
-        start = current_version(conn)
+        start = _current_version(conn)
     if start > LATEST:
         raise RuntimeError(
             f"the state store has schema version {start}, newer than this airflow-connectors "
@@ -206,7 +206,7 @@ def migrate(engine: sa.Engine, target: int = LATEST) -> int:
                 if conn.dialect.name == "postgresql":
                     # Airflow tasks may open a fresh store at the same moment: one migrates.
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(724508311)"))
-                if current_version(conn) >= version:
+                if _current_version(conn) >= version:
                     continue
                 MIGRATIONS[version - 1](conn)
                 conn.execute(sa.delete(schema_version))
@@ -214,6 +214,6 @@ def migrate(engine: sa.Engine, target: int = LATEST) -> int:
         except sa.exc.DBAPIError:
             # Another process migrated concurrently (SQLite has no advisory locks).
             with engine.begin() as conn:
-                if current_version(conn) < version:
+                if _current_version(conn) < version:
                     raise
     return start

@@ -30,6 +30,7 @@ class Signals(Connectors):
         return n == 1
 
     def release_lease(self, ref: ConnectorRef, owner: str) -> None:
+        """Give the connector's lease back; a no-op when ``owner`` no longer holds it."""
         with self.tx() as conn:
             conn.execute(
                 sa.update(s.connectors)
