@@ -158,70 +158,119 @@ def _first(arr: pa.ChunkedArray | pa.Array, fallback: str = "") -> str:
 
 def _cast(arr: pa.ChunkedArray, col: ColumnSpec, to: pa.DataType) -> pa.ChunkedArray:
     import pyarrow as pa
+
+    if pa.types.is_null(arr.type) or arr.null_count == len(arr):
+        return pa.chunked_array([pa.nulls(len(arr), to)])
+    arr = _plain_values(arr)
+    if arr.type == to:
+        return arr
+    cast = _cast_by_source(arr, col, to)
+    if cast is None:
+        raise RowError(mismatch(col, _first(arr)))
+    return cast
+
+
+def _plain_values(arr: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``arr`` with dictionary-encoded values decoded and timestamps with a time zone as
+    their UTC wall-clock time, so the casts below see one type per kind of value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(arr.type):
+        arr = pc.cast(arr, arr.type.value_type)
+    if pa.types.is_timestamp(arr.type) and arr.type.tz is not None:
+        # A point in time: TIMESTAMP has no zone and holds UTC.
+        arr = pc.cast(arr, pa.timestamp(arr.type.unit))
+    return arr
+
+
+def _cast_by_source(
+    arr: pa.ChunkedArray, col: ColumnSpec, to: pa.DataType
+) -> pa.ChunkedArray | None:
+    """``arr`` cast to ``to`` by the rule for its source type, or None when values of
+    that type never fit ``col``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    src = arr.type
+    kind = col.type.kind
+    if pa.types.is_string(src) or pa.types.is_large_string(src) or pa.types.is_string_view(src):
+        return _cast_text(arr, kind, to)
+    if pa.types.is_binary(src) or pa.types.is_large_binary(src) or pa.types.is_binary_view(src):
+        return pc.cast(arr, to) if kind == "VARCHAR" else None  # validates UTF-8
+    if pa.types.is_integer(src):
+        return _cast_integer(arr, col, to)
+    if pa.types.is_floating(src):
+        return _cast_float(arr, col, to)
+    if pa.types.is_decimal(src):
+        fits = kind in ("DECIMAL", "REAL", "DOUBLE") or (col.type.is_integer and src.scale == 0)
+        return pc.cast(arr, to) if fits else None
+    if pa.types.is_date(src):
+        return pc.cast(arr, to) if kind in ("DATE", "TIMESTAMP") else None
+    if pa.types.is_timestamp(src):
+        return _cast_timestamp(arr, col, to)
+    if pa.types.is_time(src) and kind == "TIME":
+        return pc.cast(arr, to)
+    return None
+
+
+def _cast_text(arr: pa.ChunkedArray, kind: str, to: pa.DataType) -> pa.ChunkedArray | None:
+    import pyarrow.compute as pc
+
+    if kind in ("DATE", "TIME", "TIMESTAMP"):
+        return parse_temporal(arr, kind, to)
+    if kind in ("VARCHAR", "DECIMAL"):
+        return pc.cast(arr, to)
+    return None
+
+
+def _cast_integer(arr: pa.ChunkedArray, col: ColumnSpec, to: pa.DataType) -> pa.ChunkedArray | None:
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     kind = col.type.kind
-    src = arr.type
-    if pa.types.is_null(src) or arr.null_count == len(arr):
-        return pa.chunked_array([pa.nulls(len(arr), to)])
-    if pa.types.is_dictionary(src):
-        arr = pc.cast(arr, src.value_type)
-        src = arr.type
-        if src == to:
-            return arr
-    if pa.types.is_string(src) or pa.types.is_large_string(src) or pa.types.is_string_view(src):
-        if kind in ("DATE", "TIME", "TIMESTAMP"):
-            return parse_temporal(arr, kind, to)
-        if kind in ("VARCHAR", "DECIMAL"):
-            return pc.cast(arr, to)
-    elif pa.types.is_binary(src) or pa.types.is_large_binary(src) or pa.types.is_binary_view(src):
-        if kind == "VARCHAR":
-            return pc.cast(arr, to)  # validates UTF-8
-    elif pa.types.is_integer(src):
-        if col.type.is_integer:
-            return pc.cast(arr, to)
-        if kind in ("REAL", "DOUBLE"):
-            return pc.cast(arr, options=pc.CastOptions(to, allow_float_truncate=True))
-        if kind == "DECIMAL":
-            # Arrow refuses int64 -> DECIMAL(5, 2) outright; go through a decimal wide
-            # enough for any integer, then the checked narrowing names what overflows.
-            return pc.cast(pc.cast(arr, pa.decimal256(76, to.scale)), to)
-    elif pa.types.is_floating(src):
-        if kind in ("REAL", "DOUBLE"):
-            return pc.cast(arr, to, safe=False)  # overflow to inf is caught by _check
-        if kind == "DECIMAL":
-            dec = pc.cast(arr, to)
-            back = pc.cast(dec, src)
-            differs = pc.fill_null(pc.not_equal(back, arr), False)
-            if pc.any(differs).as_py():
-                raise RowError(
-                    mismatch(col, _first(arr.filter(differs)) + " (it would be rounded)")
-                )
-            return dec
-    elif pa.types.is_decimal(src):
-        if (
-            kind == "DECIMAL"
-            or kind in ("REAL", "DOUBLE")
-            or (col.type.is_integer and src.scale == 0)
-        ):
-            return pc.cast(arr, to)
-    elif pa.types.is_date(src):
-        if kind in ("DATE", "TIMESTAMP"):
-            return pc.cast(arr, to)
-    elif pa.types.is_timestamp(src):
-        if src.tz is not None:  # a point in time: its UTC wall-clock time
-            arr = pc.cast(arr, pa.timestamp(src.unit))
-        if kind == "TIMESTAMP":
-            return pc.cast(arr, to)
-        if kind == "DATE":
-            day = pc.cast(arr, to)
-            timed = pc.fill_null(pc.not_equal(pc.cast(day, arr.type), arr), False)
-            if pc.any(timed).as_py():
-                raise RowError(mismatch(col, _first(arr.filter(timed)) + " (it has a time of day)"))
-            return day
-    elif pa.types.is_time(src) and kind == "TIME":
+    if col.type.is_integer:
         return pc.cast(arr, to)
-    raise RowError(mismatch(col, _first(arr)))
+    if kind in ("REAL", "DOUBLE"):
+        return pc.cast(arr, options=pc.CastOptions(to, allow_float_truncate=True))
+    if kind == "DECIMAL":
+        # Arrow refuses int64 -> DECIMAL(5, 2) outright; go through a decimal wide
+        # enough for any integer, then the checked narrowing names what overflows.
+        return pc.cast(pc.cast(arr, pa.decimal256(76, to.scale)), to)
+    return None
+
+
+def _cast_float(arr: pa.ChunkedArray, col: ColumnSpec, to: pa.DataType) -> pa.ChunkedArray | None:
+    import pyarrow.compute as pc
+
+    kind = col.type.kind
+    if kind in ("REAL", "DOUBLE"):
+        return pc.cast(arr, to, safe=False)  # overflow to inf is caught by _check
+    if kind != "DECIMAL":
+        return None
+    dec = pc.cast(arr, to)
+    back = pc.cast(dec, arr.type)
+    differs = pc.fill_null(pc.not_equal(back, arr), False)
+    if pc.any(differs).as_py():
+        raise RowError(mismatch(col, _first(arr.filter(differs)) + " (it would be rounded)"))
+    return dec
+
+
+def _cast_timestamp(
+    arr: pa.ChunkedArray, col: ColumnSpec, to: pa.DataType
+) -> pa.ChunkedArray | None:
+    import pyarrow.compute as pc
+
+    kind = col.type.kind
+    if kind == "TIMESTAMP":
+        return pc.cast(arr, to)
+    if kind != "DATE":
+        return None
+    day = pc.cast(arr, to)
+    timed = pc.fill_null(pc.not_equal(pc.cast(day, arr.type), arr), False)
+    if pc.any(timed).as_py():
+        raise RowError(mismatch(col, _first(arr.filter(timed)) + " (it has a time of day)"))
+    return day
 
 
 def parse_temporal(arr: pa.ChunkedArray, kind: str, to: pa.DataType) -> pa.ChunkedArray:
