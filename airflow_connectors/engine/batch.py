@@ -39,6 +39,9 @@ class BatchFailed(RuntimeError):
 
 @dataclass
 class BatchResult:
+    """What :func:`run_batch` did to one batch: rows and bytes ingested, records that
+    became dead letters, objects skipped, and whether this run committed it."""
+
     batch_id: int
     endpoint: str
     committed: bool  # False: the batch was already committed (no-op)
@@ -51,6 +54,8 @@ class BatchResult:
 
 
 def publish_committed(store: StateStore, ctx: BatchContext, batch_id: int, attempt: str) -> None:
+    """Make a committed attempt's sink output visible, then record it published. Safe
+    to call again after a crash between the two: the sink's publish is idempotent."""
     ctx.sink().publish(batch_id, attempt)
     store.mark_published(batch_id)
 

@@ -15,6 +15,9 @@ from airflow_connectors.transports import Transport, WorkItem
 
 @dataclass
 class BatchContext:
+    """One batch of one connector, with what is needed to read and write it: the
+    engine's working form of a :class:`BatchPlan` (see :meth:`to_plan`, :meth:`from_plan`)."""
+
     pipeline: str
     table: TableSpec
     connector: ConnectorSpec
@@ -25,18 +28,24 @@ class BatchContext:
 
     @property
     def ref(self) -> ConnectorRef:
+        """The connector this batch belongs to."""
         return ConnectorRef(self.pipeline, self.table.name, self.connector.name)
 
     def transport(self) -> Transport:
+        """A new transport built from the connector's config."""
         return transport_of(self.connector, self.table)
 
     def format(self) -> Format | None:
+        """A new format built from the connector's config; None for a transport that
+        produces records."""
         return format_of(self.connector, self.table)
 
     def sink(self) -> Sink:
+        """The table's sink under this batch's warehouse."""
         return table_sink(self.pipeline, self.table, self.warehouse)
 
     def to_plan(self) -> BatchPlan:
+        """The batch as the plan the state store keeps (the table without its connectors)."""
         return BatchPlan(
             pipeline=self.pipeline,
             # The table as planned; its other connectors are no part of this batch.
@@ -50,6 +59,7 @@ class BatchContext:
 
     @classmethod
     def from_plan(cls, plan: BatchPlan) -> BatchContext:
+        """The batch a stored plan describes."""
         return cls(
             pipeline=plan.pipeline,
             table=plan.table,

@@ -84,14 +84,17 @@ class TransportDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The name ``spark.read.format(...)`` takes: the transport's name."""
         return cls.transport_name
 
     def schema(self) -> str:
+        """Always raises ``ValueError``: the reader must give the schema, it is the table's columns."""
         raise ValueError(
             f"spark.read.format({self.transport_name!r}) needs a schema: call .schema('col TYPE, ...') first"
         )
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        """Reads the transport's data with the format and config given as reader options."""
         return _UserReader(_user_context(self.transport_name, dict(self.options), schema))
 
 

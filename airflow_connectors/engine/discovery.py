@@ -36,18 +36,23 @@ class LeaseBusy(RuntimeError):
 
 @dataclass
 class Discovery:
+    """What one discovery did: the batches it planned, how many work items they hold, and
+    whether the connector reached end of input."""
+
     batch_ids: list[int]
     new_items: int
     end_of_input: bool
 
 
-def owner_id() -> str:
+def _owner_id() -> str:
+    """This process as a lease owner: ``host:pid``."""
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def context(
     pipeline: PipelineSpec | str, table: TableSpec, connector: ConnectorSpec, warehouse: str
 ) -> BatchContext:
+    """The batch context of a connector of ``pipeline`` (a spec or its name)."""
     name = pipeline if isinstance(pipeline, str) else pipeline.name
     return BatchContext(pipeline=name, table=table, connector=connector, warehouse=warehouse)
 
@@ -77,7 +82,7 @@ def discover(
     neither returned nor counted against ``tasks_max``.
     """
     ref = ctx.ref
-    owner = owner or owner_id()
+    owner = owner or _owner_id()
     if not store.acquire_lease(ref, owner):
         raise LeaseBusy(f"connector {ref} is being planned by another run; try again later")
     try:

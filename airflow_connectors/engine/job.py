@@ -20,6 +20,8 @@ log = logging.getLogger("airflow_connectors.engine.job")
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Ingest the ``--batch-id`` batches in order; returns the exit status: 0, or 1 after
+    printing a batch's one-line failure (the batch stays planned for the next run)."""
     parser = argparse.ArgumentParser(prog="airflow-connectors-ingest", description=__doc__)
     parser.add_argument(
         "--batch-id", type=int, required=True, action="append", help="batch to ingest (repeatable)"

@@ -56,6 +56,7 @@ class ItemFailure:
     trace: str = ""
 
     def to_json(self) -> dict[str, Any]:
+        """The failure as a dict; a Spark task sends it to the driver this way."""
         return asdict(self)
 
 
@@ -70,6 +71,8 @@ class ItemFailed(Exception):
 
 @dataclass
 class ItemOutcome:
+    """What ingesting one work item produced: its receipt and the errors to store."""
+
     receipt: ItemReceipt
     errors: list[ErrorRecord] = field(default_factory=list)
 

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ConnectorReport:
+    """What an embedded run did for one connector: its final status and counts."""
+
     endpoint: str
     status: str = "idle"  # paused | stopped | waiting | busy | failed | finished | idle
     batches: int = 0
@@ -45,12 +47,15 @@ class ConnectorReport:
 
 @dataclass
 class RunReport:
+    """What an embedded run did for a pipeline, per connector (``table.connector``)."""
+
     pipeline: str
     connectors: dict[str, ConnectorReport] = field(default_factory=dict)
     spark_started: bool = False
 
     @property
     def batches(self) -> int:
+        """Batches ingested by the run, over all connectors."""
         return sum(c.batches for c in self.connectors.values())
 
     @property
@@ -93,6 +98,10 @@ def unfinished(store: StateStore, pipeline: str, endpoints: list[str]) -> list[s
 
 
 class EmbeddedRunner:
+    """Runs a pipeline's connectors in this process, without Airflow (``airflow-connectors
+    run``): discover, then ingest each batch on a Spark session started only when there
+    is data, until nothing new is found."""
+
     def __init__(
         self,
         pipeline: PipelineSpec,
@@ -109,6 +118,7 @@ class EmbeddedRunner:
         self._spark: Any = None
 
     def spark(self) -> Any:
+        """The run's Spark session, started on first use."""
         if self._spark is None:
             if self._spark_factory is not None:
                 self._spark = self._spark_factory()
@@ -122,6 +132,7 @@ class EmbeddedRunner:
         return self._spark
 
     def context(self, table: TableSpec, connector: ConnectorSpec) -> BatchContext:
+        """A batch context of one of the pipeline's connectors under the run's warehouse."""
         return BatchContext(self.pipeline.name, table, connector, self.settings.warehouse)
 
     def run(

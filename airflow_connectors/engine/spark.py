@@ -19,6 +19,8 @@ DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def spark_session(settings: Settings, app_name: str = "airflow-connectors") -> SparkSession:
+    """A Spark session for ingest on ``settings.spark_master``, with the transports
+    registered as Spark data sources (``spark.read.format("file_input")``)."""
     # Executors' Python workers must import airflow_connectors: use this interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
