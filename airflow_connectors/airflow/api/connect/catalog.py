@@ -1,26 +1,31 @@
 """The connectors as Airflow knows them, for both API shapes: the catalog (connector DAGs
 by their tags), each connector's spec, status and tasks from Airflow's metadata DB and
-the state store, and the changes the API makes in Airflow (a DAG's paused flag, cleared
-task instances, a new run).
+the state store, and the changes the API makes in Airflow (cleared task instances, a new
+run).
 
-A connector's state is derived by ``engine.control`` (one derivation for the API, the
-gate, the CLI); this module only gathers what it reads."""
+A connector's state and its pause, resume, stop and start are ``engine.control``'s
+service (one for the API, the gate, the CLI and embedded runs), here over the DAGs'
+paused flags (``airflow.dag_switch``); this module only adds what the latest run's
+tasks say."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Literal
 
 from airflow_connectors.airflow.api.connect.errors import ApiError
 from airflow_connectors.airflow.api.connect.plugin_config import masked_connector
+from airflow_connectors.airflow.dag_switch import AirflowDagSwitch
+from airflow_connectors.engine.control import (
+    ConnectorControl,
+    ConnectorStopped,
+    DagNotFound,
+    State,
+    task_state,
+)
 from airflow_connectors.settings import Settings
 from airflow_connectors.spec.redact import mask_config, mask_text, mask_url
-from airflow_connectors.state.store import (
-    ConnectorNotStopped,
-    ConnectorRef,
-    ConnectorState,
-    StateStore,
-)
+from airflow_connectors.state.store import ConnectorNotStopped, ConnectorRef, StateStore
 
 
 @functools.cache
@@ -141,28 +146,19 @@ def dag_id_of(ref: ConnectorRef) -> str:
     return connector_name(ref)
 
 
-def dag_is_paused(ref: ConnectorRef) -> bool | None:
-    from airflow.models.dag import DagModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        dag = session.get(DagModel, dag_id_of(ref))
-        return None if dag is None else bool(dag.is_paused)
+def control() -> ConnectorControl:
+    """The connector control service over the state store and the DAGs' paused flags."""
+    return ConnectorControl(state_store(), AirflowDagSwitch())
 
 
-def set_dag_paused(ref: ConnectorRef, paused: bool) -> None:
-    from airflow.models.dag import DagModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        dag = session.get(DagModel, dag_id_of(ref))
-        if dag is not None:
-            dag.is_paused = paused
-    if dag is None:
-        raise ApiError(
-            409,
-            f"connector {connector_name(ref)} has no DAG in Airflow yet; wait for its DAG file to be parsed",
-        )
+def act(ref: ConnectorRef, action: Literal["pause", "resume", "stop", "start"]) -> None:
+    """A transition of the control service (``pause``, ``resume``, ``stop``, ``start``)
+    with the API's status codes: 409 for a stopped connector's start and for a
+    connector whose DAG Airflow has not parsed yet."""
+    try:
+        getattr(control(), action)(ref)
+    except (ConnectorStopped, DagNotFound) as e:
+        raise ApiError(409, str(e)) from e
 
 
 def edit_offsets(ref: ConnectorRef, entries: list[dict[str, Any]] | None) -> None:
@@ -188,16 +184,16 @@ def edit_offsets(ref: ConnectorRef, entries: list[dict[str, Any]] | None) -> Non
 
 
 _TASK_STATES = {
-    "success": "RUNNING",
-    "running": "RUNNING",
-    "queued": "RUNNING",
-    "scheduled": "RUNNING",
-    "deferred": "RUNNING",
-    "failed": "FAILED",
-    "upstream_failed": "FAILED",
-    "up_for_retry": "RESTARTING",
-    "restarting": "RESTARTING",
-    None: "UNASSIGNED",
+    "success": State.RUNNING,
+    "running": State.RUNNING,
+    "queued": State.RUNNING,
+    "scheduled": State.RUNNING,
+    "deferred": State.RUNNING,
+    "failed": State.FAILED,
+    "upstream_failed": State.FAILED,
+    "up_for_retry": State.RESTARTING,
+    "restarting": State.RESTARTING,
+    None: State.UNASSIGNED,
 }
 
 
@@ -236,14 +232,14 @@ def task_list(ref: ConnectorRef) -> list[dict[str, Any]]:
     for ti in latest_ingest_tis(ref):
         label = ti.rendered_map_index or ""
         batch_id = int(label.split()[-1]) if label.startswith("batch ") else None
-        state = _TASK_STATES.get(str(ti.state) if ti.state else None, "RUNNING")
+        state = _TASK_STATES.get(str(ti.state) if ti.state else None, State.RUNNING)
         task: dict[str, Any] = {
             "id": ti.map_index,
             "state": state,
             "worker_id": ti.hostname or "airflow",
         }
         task["batch_id"] = batch_id
-        if state == "FAILED" and batch_id is not None:
+        if state == State.FAILED and batch_id is not None:
             trace = state_store().batch_error(batch_id) or f"ingest of batch {batch_id} failed"
             task["trace"] = mask_text(trace)
         out.append(task)
@@ -301,37 +297,16 @@ def trigger_run(ref: ConnectorRef) -> None:
     )
 
 
-def stopped_message(ref: ConnectorRef) -> str:
-    from airflow_connectors.engine import control
-
-    return control.stopped_message(ref)
-
-
-def view_of(
-    ref: ConnectorRef,
-    st: ConnectorState | None,
-    tasks: list[dict[str, Any]],
-    dag_paused: bool | None,
-) -> Any:
-    """The connector's view (engine.control's one derivation) from what the caller read."""
-    from airflow_connectors.engine import control
-
-    # Batches run in parallel: one may fail while another commits after it. The latest
-    # run's tasks say whether the connector's last ingest failed.
-    failed = [t for t in tasks if t["state"] == "FAILED"]
-    return control.connector_view(
-        st,
-        dag_paused=dag_paused,
-        pipeline_paused=state_store().pipeline_paused(ref.pipeline),
-        failed_task_trace=(failed[0].get("trace") or "") if failed else None,
-    )
+def failed_task_trace(tasks: list[dict[str, Any]]) -> str | None:
+    """The trace of a failed ingest task of the latest run, "" without one, None when no
+    task failed: batches run in parallel, one may fail while another commits after it."""
+    failed = [t for t in tasks if t["state"] == State.FAILED]
+    return (failed[0].get("trace") or "") if failed else None
 
 
 def connector_status(ref: ConnectorRef) -> dict[str, Any]:
-    from airflow_connectors.engine import control
-
     tasks = task_list(ref)
-    view = view_of(ref, state_store().status(ref), tasks, dag_is_paused(ref))
+    view = control().view(ref, failed_task_trace=failed_task_trace(tasks))
     connector: dict[str, Any] = {"state": view.state.value, "worker_id": "airflow"}
     if view.trace:
         connector["trace"] = mask_text(view.trace)
@@ -339,10 +314,10 @@ def connector_status(ref: ConnectorRef) -> dict[str, Any]:
     shown = [
         {
             **{k: v for k, v in t.items() if k != "batch_id"},
-            "state": control.task_state(view.state, t["state"]),
+            "state": task_state(view.state, t["state"]),
         }
         for t in tasks
-        if view.state != control.State.STOPPED
+        if view.state != State.STOPPED
     ]
     return {"name": connector_name(ref), "connector": connector, "tasks": shown, "type": "source"}
 
@@ -350,8 +325,5 @@ def connector_status(ref: ConnectorRef) -> dict[str, Any]:
 def feldera_status_of(ref: ConnectorRef) -> dict[str, Any]:
     """Feldera's connector status; ``paused`` is the connector's own flag (its DAG's, or
     stopped), ``state`` Kafka Connect's."""
-    from airflow_connectors.engine import control
-
-    st = state_store().status(ref)
-    view = view_of(ref, st, task_list(ref), dag_is_paused(ref))
-    return dict(mask_config(control.feldera_status(ref, st, view)))
+    status = control().status(ref, failed_task_trace=failed_task_trace(task_list(ref)))
+    return dict(mask_config(status))

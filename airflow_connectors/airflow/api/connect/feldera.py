@@ -54,20 +54,9 @@ def connector_action(pipeline: str, table: str, connector: str, action: str) -> 
         raise ApiError(
             400, f"unknown action {action!r}; the connector actions are 'start' and 'pause'"
         )
-    from airflow_connectors.engine import control
-
+    # start: a stopped connector runs again only after an explicit resume (409).
     ref = catalog.ref_by_feldera_path(pipeline, table, connector)
-    store = catalog.state_store()
-    if action == "start":
-        # A stopped connector runs again only after an explicit resume.
-        try:
-            control.start(store, ref)
-        except control.ConnectorStopped as e:
-            raise ApiError(409, str(e)) from e
-        catalog.set_dag_paused(ref, False)
-    else:
-        catalog.set_dag_paused(ref, True)
-        control.pause(store, ref)
+    catalog.act(ref, "start" if action == "start" else "pause")
     return {}
 
 

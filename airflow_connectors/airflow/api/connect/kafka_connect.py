@@ -18,6 +18,7 @@ from airflow_connectors import __version__
 from airflow_connectors.airflow.api.connect import catalog, plugin_config
 from airflow_connectors.airflow.api.connect.errors import ApiError, error_responses
 from airflow_connectors.airflow.api.connect.plugin_config import PluginType
+from airflow_connectors.engine.control import State, stopped_message
 from airflow_connectors.spec.redact import mask_url
 
 router = APIRouter()
@@ -245,25 +246,25 @@ def restart(name: str, includeTasks: bool = False, onlyFailed: bool = False) -> 
     ref = catalog.ref_by_name(name)
     store = catalog.state_store()
     state = catalog.connector_status(ref)["connector"]["state"]
-    if state == "STOPPED":
-        raise ApiError(409, catalog.stopped_message(ref))
+    if state == State.STOPPED:
+        raise ApiError(409, stopped_message(ref))
     if not includeTasks:
-        if onlyFailed and state != "FAILED":
+        if onlyFailed and state != State.FAILED:
             return JSONResponse(catalog.connector_status(ref), 202)
         catalog.trigger_run(ref)
         if not onlyFailed:
             return Response(status_code=204)
         store.set_restarting(ref)
         return JSONResponse(catalog.connector_status(ref), 202)
-    tasks = [t for t in catalog.task_list(ref) if not onlyFailed or t["state"] == "FAILED"]
+    tasks = [t for t in catalog.task_list(ref) if not onlyFailed or t["state"] == State.FAILED]
     catalog.clear_tasks(ref, [t["id"] for t in tasks])
-    if tasks or state == "FAILED":
+    if tasks or state == State.FAILED:
         store.set_restarting(ref)
     status = catalog.connector_status(ref)
     restarted = {t["id"] for t in tasks}
     for t in status["tasks"]:
         if t["id"] in restarted:
-            t["state"] = "RESTARTING"
+            t["state"] = State.RESTARTING
     return JSONResponse(status, 202)
 
 
@@ -287,11 +288,7 @@ def restart_task(name: str, task: int) -> Response:
     responses={**_CONNECTOR_ERRORS, **error_responses(409)},
 )
 def pause(name: str) -> Response:
-    from airflow_connectors.engine import control
-
-    ref = catalog.ref_by_name(name)
-    catalog.set_dag_paused(ref, True)
-    control.pause(catalog.state_store(), ref)  # from STOPPED too, as Kafka Connect
+    catalog.act(catalog.ref_by_name(name), "pause")  # from STOPPED too, as Kafka Connect
     return Response(status_code=202)
 
 
@@ -302,11 +299,7 @@ def pause(name: str) -> Response:
     responses={**_CONNECTOR_ERRORS, **error_responses(409)},
 )
 def resume(name: str) -> Response:
-    from airflow_connectors.engine import control
-
-    ref = catalog.ref_by_name(name)
-    catalog.set_dag_paused(ref, False)
-    control.resume(catalog.state_store(), ref)
+    catalog.act(catalog.ref_by_name(name), "resume")
     return Response(status_code=202)
 
 
@@ -317,11 +310,7 @@ def resume(name: str) -> Response:
     responses={**_CONNECTOR_ERRORS, **error_responses(409)},
 )
 def stop(name: str) -> Response:
-    from airflow_connectors.engine import control
-
-    ref = catalog.ref_by_name(name)
-    catalog.set_dag_paused(ref, True)
-    control.stop(catalog.state_store(), ref)
+    catalog.act(catalog.ref_by_name(name), "stop")
     return Response(status_code=204)
 
 
