@@ -37,6 +37,9 @@ class ConnectClient:
     def from_env(
         cls, url: str | None, username: str | None, password: str | None
     ) -> ConnectClient | None:
+        """A client for ``url`` or ``$AIRFLOW_CONNECTORS_API_URL`` (credentials likewise,
+        default ``admin``/``admin``); ``None`` when no URL is set. Raises :class:`ApiFailed`
+        when Airflow cannot be reached or refuses the login."""
         url = url or os.environ.get(ENV_URL)
         if not url:
             return None
@@ -47,6 +50,8 @@ class ConnectClient:
         )
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Call ``/connect<path>``; returns the decoded JSON answer (``None`` when empty).
+        Raises :class:`ApiFailed` with the server's message on an HTTP error."""
         resp = self.http.request(method, f"/connect{path}", **kwargs)
         if resp.status_code >= 400:
             try:

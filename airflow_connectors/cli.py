@@ -13,6 +13,8 @@ from airflow_connectors.settings import Settings
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``airflow-connectors`` command: validate, run, stats, pipeline and connector.
+    Returns the exit status; a state store that cannot be used is one line and status 1."""
     parser = argparse.ArgumentParser(
         prog="airflow-connectors", description="Airflow + Spark ingestion connectors."
     )

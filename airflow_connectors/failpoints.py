@@ -24,6 +24,8 @@ import time
 
 
 def reach(name: str) -> None:
+    """Pass the fail point ``name``: a no-op unless a test set
+    ``AIRFLOW_CONNECTORS_FAILPOINT_DIR`` (see the module docstring)."""
     folder = os.environ.get("AIRFLOW_CONNECTORS_FAILPOINT_DIR")
     if not folder:
         return

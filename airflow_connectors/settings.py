@@ -18,6 +18,8 @@ SECTION = "connectors"
 
 
 def airflow_home() -> Path:
+    """``$AIRFLOW_HOME``, else ``~/airflow``: where ``airflow.cfg`` and the default state
+    store and warehouse live."""
     return Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow").expanduser()
 
 
@@ -36,6 +38,9 @@ def _option(key: str) -> str | None:
 
 @dataclass(frozen=True)
 class Settings:
+    """Where the engine keeps state and data and how it starts Spark: the ``[connectors]``
+    section of Airflow's config (or ``AIRFLOW__CONNECTORS__*``), read by :meth:`load`."""
+
     state_store_url: str
     warehouse: str
     spark_master: str = "local[*]"
@@ -49,6 +54,8 @@ class Settings:
         warehouse: str | None = None,
         spark_master: str | None = None,
     ) -> Settings:
+        """The settings from Airflow's config; arguments that are given win. Defaults: a
+        SQLite store and the warehouse under ``$AIRFLOW_HOME/connectors``, local Spark."""
         base = airflow_home() / "connectors"
         s = cls(
             state_store_url=_option("state_store_url") or f"sqlite:///{base / 'state.db'}",
