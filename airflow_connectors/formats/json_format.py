@@ -412,47 +412,71 @@ def _array_records(data: bytes) -> list[tuple[bytes, int]]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise RowError(f"invalid UTF-8 at byte {e.start + 1}; JSON text must be UTF-8") from None
-    decoder = json.JSONDecoder()
-    out: list[tuple[bytes, int]] = []
-    pos, line, counted = 0, 1, 0
+    return _ArrayScan(text).records()
 
-    def skip(pos: int) -> int:
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-        return pos
 
-    def fail(pos: int, msg: str) -> RowError:
-        return RowError(f"invalid JSON at character {pos}: {msg}: {clip(text[pos : pos + 200])}")
+class _ArrayScan:
+    """One pass over the text of consecutive JSON arrays, collecting their elements.
+    Lines are counted as the scan goes, so each element's line costs only the text
+    since the previous one."""
 
-    while True:
-        pos = skip(pos)
-        if pos >= len(text):
-            return out
-        if text[pos] != "[":
-            try:
-                value, _ = decoder.raw_decode(text, pos)
-            except json.JSONDecodeError as e:
-                raise fail(e.pos, e.msg) from e
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.decoder = json.JSONDecoder()
+        self.out: list[tuple[bytes, int]] = []
+        self.line = 1
+        self.counted = 0
+
+    def records(self) -> list[tuple[bytes, int]]:
+        pos = self._skip(0)
+        while pos < len(self.text):
+            pos = self._skip(self._array(self._open(pos)))
+        return self.out
+
+    def _open(self, pos: int) -> int:
+        """The position of the first element (or ``]``) of the array starting at
+        ``pos``; raises naming the value found there when it is not an array."""
+        if self.text[pos] != "[":
+            value, _ = self._decode(pos)
             raise RowError(
                 f"expected a JSON array of records (format config array: true), got {type(value).__name__}"
             )
-        pos = skip(pos + 1)
-        if text[pos : pos + 1] == "]":
-            pos += 1
-            continue
+        return self._skip(pos + 1)
+
+    def _array(self, pos: int) -> int:
+        """Collects the elements from ``pos`` to the array's ``]``; returns the position
+        after it."""
+        if self.text[pos : pos + 1] == "]":
+            return pos + 1
         while True:
-            try:
-                _, end = decoder.raw_decode(text, pos)
-            except json.JSONDecodeError as e:
-                raise fail(e.pos, e.msg) from e
-            line += text.count("\n", counted, pos)
-            counted = pos
-            out.append((text[pos:end].encode(), line))
-            pos = skip(end)
-            if text[pos : pos + 1] == ",":
-                pos = skip(pos + 1)
-            elif text[pos : pos + 1] == "]":
-                pos += 1
-                break
+            pos = self._skip(self._element(pos))
+            if self.text[pos : pos + 1] == ",":
+                pos = self._skip(pos + 1)
+            elif self.text[pos : pos + 1] == "]":
+                return pos + 1
             else:
-                raise fail(pos, "expected ',' or ']' after an array element")
+                raise self._fail(pos, "expected ',' or ']' after an array element")
+
+    def _element(self, pos: int) -> int:
+        """Collects the element at ``pos`` with its line; returns where it ends."""
+        _, end = self._decode(pos)
+        self.line += self.text.count("\n", self.counted, pos)
+        self.counted = pos
+        self.out.append((self.text[pos:end].encode(), self.line))
+        return end
+
+    def _decode(self, pos: int) -> tuple[object, int]:
+        try:
+            return self.decoder.raw_decode(self.text, pos)
+        except json.JSONDecodeError as e:
+            raise self._fail(e.pos, e.msg) from e
+
+    def _skip(self, pos: int) -> int:
+        while pos < len(self.text) and self.text[pos].isspace():
+            pos += 1
+        return pos
+
+    def _fail(self, pos: int, msg: str) -> RowError:
+        return RowError(
+            f"invalid JSON at character {pos}: {msg}: {clip(self.text[pos : pos + 200])}"
+        )
