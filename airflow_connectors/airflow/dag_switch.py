@@ -23,9 +23,11 @@ class AirflowDagSwitch:
     """The DAG's paused flag is the connector's."""
 
     def paused(self, ref: ConnectorRef) -> bool | None:
+        """The DAG's ``is_paused``; None while Airflow has not parsed the DAG."""
         return self.paused_many([ref]).get(ref)
 
     def paused_many(self, refs: Sequence[ConnectorRef]) -> dict[ConnectorRef, bool]:
+        """One query of ``DagModel`` for all of ``refs``; DAGs not parsed yet are left out."""
         if not refs:
             return {}
         from airflow.models.dag import DagModel
@@ -41,6 +43,7 @@ class AirflowDagSwitch:
         return {ids[dag_id]: bool(paused) for dag_id, paused in rows}
 
     def set_paused(self, ref: ConnectorRef, paused: bool) -> None:
+        """Sets the DAG's ``is_paused``; :class:`DagNotFound` while the DAG is not parsed."""
         from airflow.models.dag import DagModel
         from airflow.utils.session import create_session
 

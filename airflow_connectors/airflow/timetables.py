@@ -36,6 +36,8 @@ class ConnectorCronTimetable(CronTriggerTimetable):
         last_automated_data_interval: DataInterval | None,
         restriction: TimeRestriction,
     ) -> DagRunInfo | None:
+        """Without catchup: the next tick after now (or after the last run, or ``earliest``,
+        whichever is latest), never a tick that passed while the DAG was off."""
         if restriction.catchup:
             return super().next_dagrun_info(
                 last_automated_data_interval=last_automated_data_interval,

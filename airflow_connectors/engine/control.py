@@ -168,6 +168,8 @@ def feldera_status(
 
 
 def stopped_message(ref: ConnectorRef) -> str:
+    """What a stopped connector says when asked to run: one line naming how to resume it
+    (REST API and CLI)."""
     return (
         f"connector {ref} is stopped: it runs again only after resume "
         f"(PUT /connect/connectors/{ref}/resume, or `airflow-connectors connector "
@@ -207,14 +209,17 @@ class StoreSwitch:
         self.store = store
 
     def paused(self, ref: ConnectorRef) -> bool | None:
+        """The store's flag; None when the store has no row for the connector or no flag set."""
         st = self.store.status(ref)
         return None if st is None or st.paused is None else bool(st.paused)
 
     def paused_many(self, refs: Sequence[ConnectorRef]) -> dict[ConnectorRef, bool]:
+        """One store read per connector; connectors without a flag are left out."""
         flags = {ref: self.paused(ref) for ref in refs}
         return {ref: flag for ref, flag in flags.items() if flag is not None}
 
     def set_paused(self, ref: ConnectorRef, paused: bool) -> None:
+        """Sets the store's flag (creating the connector's row); never raises DagNotFound."""
         self.store.set_connector_paused(ref, paused)
 
 

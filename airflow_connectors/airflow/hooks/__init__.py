@@ -1,0 +1,1 @@
+"""Airflow hooks: the Spark connection ingest tasks submit to."""

@@ -15,6 +15,8 @@ DEFAULT_CONN_ID = "connectors_spark"
 
 
 def connection_exists(conn_id: str) -> bool:
+    """Whether Airflow knows the connection ``conn_id`` (checked before falling back to
+    ``[connectors] spark_master``)."""
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 

@@ -1,0 +1,1 @@
+"""The operators of a connector DAG (gate, discover, ingest, finalize, finished)."""

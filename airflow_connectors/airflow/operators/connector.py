@@ -55,7 +55,8 @@ INGEST_APPLICATION = str(
 
 
 @contextmanager
-def state_store(settings: Settings) -> Iterator[StateStore]:
+def _state_store(settings: Settings) -> Iterator[StateStore]:
+    """The state store of ``settings``, closed when the block ends."""
     store = StateStore(settings.state_store_url)
     try:
         yield store
@@ -157,13 +158,15 @@ class ConnectorGateOperator(BaseOperator):
         self.waits_for = list(waits_for)
 
     def execute(self, context: Context) -> None:
+        """Raises ``AirflowSkipException`` (skipping the rest of the run) with the reason
+        when the connector may not run now."""
         from airflow_connectors.engine import control
         from airflow_connectors.engine.runner import unfinished
 
         settings = Settings.load()
         name = f"{self.pipeline}.{self.endpoint}"
         table, _, connector = self.endpoint.partition(".")
-        with state_store(settings) as store:
+        with _state_store(settings) as store:
             reason = control.gate_blocker(store, ConnectorRef(self.pipeline, table, connector))
             if reason:
                 raise AirflowSkipException(reason)
@@ -196,15 +199,19 @@ class ConnectorDiscoverOperator(_ConnectorOperator):
 
     @classmethod
     def get_serialized_fields(cls) -> frozenset[str]:
+        """Airflow's serialized fields plus ``spec_json``."""
         base: frozenset[str] = super().get_serialized_fields()  # type: ignore[no-untyped-call]
         return frozenset(base | {"spec_json"})
 
     def execute(self, context: Context) -> list[int]:
+        """Returns the planned batch ids (XCom, one ingest task each). Skips when the
+        connector is stopped, or when another run holds the lease past the wait (with
+        templated configs, fails instead so the task's retries plan its own slice)."""
         from airflow_connectors.engine.discovery import LeaseBusy, discover
 
         settings = Settings.load()
         ctx = self.batch_context(settings)
-        with state_store(settings) as store:
+        with _state_store(settings) as store:
             # Planning takes a moment: a run that finds another one planning the same
             # connector (backfilled days run side by side) waits for its turn.
             deadline = time.monotonic() + LEASE_WAIT_SECONDS
@@ -292,6 +299,8 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         self.endpoint = endpoint
 
     def execute(self, context: Context) -> None:
+        """spark-submits the ingest job for ``batch_id`` (the state store URL only in its
+        environment); skips when a stop released the batch."""
         settings = Settings.load()
         # The job finds the batch plan in the state store. Its URL may carry a password,
         # so it reaches spark-submit only through this task process's environment, which
@@ -300,7 +309,7 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         for secret in secret_values(settings.state_store_url):
             mask_secret(secret)
         os.environ["AIRFLOW__CONNECTORS__STATE_STORE_URL"] = settings.state_store_url
-        with state_store(settings) as store:
+        with _state_store(settings) as store:
             try:
                 plan = store.load_batch(self.batch_id).plan
             except KeyError:
@@ -315,7 +324,7 @@ class ConnectorIngestOperator(SparkSubmitOperator):
             "connector %s.%s: ingesting batch %d", self.pipeline, self.endpoint, self.batch_id
         )
         super().execute(context)
-        with state_store(settings) as store:
+        with _state_store(settings) as store:
             batch = store.load_batch(self.batch_id)
         self.log.info(
             "connector %s.%s: batch %d %s: %s records",
@@ -364,11 +373,12 @@ class ConnectorFinalizeOperator(_ConnectorOperator):
     ui_color = "#e6f4ea"
 
     def execute(self, context: Context) -> dict[str, Any]:
+        """Returns ``{"finished": bool, "metrics": {...}}`` (the connector's counters)."""
         from airflow_connectors.engine.discovery import finalize
 
         settings = Settings.load()
         ctx = self.batch_context(settings)
-        with state_store(settings) as store:
+        with _state_store(settings) as store:
             finished = finalize(store, ctx)
             st = store.status(ctx.ref)
         assert st is not None
@@ -398,9 +408,11 @@ class ConnectorFinishedOperator(BaseOperator):
         self.asset = asset
 
     def execute(self, context: Context) -> None:
+        """Emits the asset event; skips when the connector is not finished or this finish
+        was already signalled."""
         table, _, connector = self.endpoint.partition(".")
         ref = ConnectorRef(self.pipeline, table, connector)
-        with state_store(Settings.load()) as store:
+        with _state_store(Settings.load()) as store:
             claimed = store.claim_finished_signal(ref, context["run_id"])
             st = store.status(ref)
         if st is None or not st.finished:

@@ -1,0 +1,1 @@
+"""The provider's Airflow plugin, registered through the ``airflow.plugins`` entry point."""

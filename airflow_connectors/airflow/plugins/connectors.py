@@ -12,6 +12,9 @@ from airflow_connectors.airflow.timetables import ConnectorCronTimetable
 
 
 class AirflowConnectorsPlugin(AirflowPlugin):
+    """The plugin Airflow loads: the ``/connect`` REST API, the Connectors page and the
+    cron timetable of connector DAGs."""
+
     name = "airflow_connectors"
     # Custom timetables must be registered for the scheduler to deserialize them.
     timetables = [ConnectorCronTimetable]  # noqa: RUF012 - Airflow's plugin attribute

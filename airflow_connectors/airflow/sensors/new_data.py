@@ -45,6 +45,7 @@ class ConnectorNewDataSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def poke(self, context: Context) -> bool:
+        """Whether the connector's discovery would find something now (nothing is planned)."""
         found = probe(self.pipeline, self.table, self.connector, record=False) is not None
         self.log.info(
             "connector %s.%s: %s",
@@ -55,6 +56,7 @@ class ConnectorNewDataSensor(BaseSensorOperator):
         return found
 
     def execute(self, context: Context) -> Any:
+        """Deferrable (the default): one poke here, then the wait moves to the triggerer."""
         if not self.deferrable:
             return super().execute(context)
         if self.poke(context):
@@ -71,4 +73,5 @@ class ConnectorNewDataSensor(BaseSensorOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> None:
+        """Resumes after the trigger fired: logs what it found; the sensor succeeds."""
         self.log.info("connector %s.%s has new data: %s", self.pipeline, self.endpoint, event)

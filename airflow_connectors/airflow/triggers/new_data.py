@@ -104,6 +104,8 @@ class ConnectorNewDataTrigger(_Poll, BaseEventTrigger):
     """Fires once each time new data appears for the connector (for ``AssetWatcher``)."""
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Polls every ``poll_interval`` seconds; yields an event for each new set of data,
+        recording its digest first so a restarted trigger does not fire for it again."""
         async for event in self._poll(record=True):
             self.log.info("connector %s has new data: firing", self.ref)
             yield event
@@ -113,5 +115,7 @@ class ConnectorDataAvailableTrigger(_Poll, BaseTrigger):
     """Fires when the connector's discovery would find something (sensor deferral)."""
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Polls every ``poll_interval`` seconds; yields an event whenever discovery would
+        find something, recording nothing."""
         async for event in self._poll(record=False):
             yield event
