@@ -237,14 +237,18 @@ class Connector:
         self._reads = 0
 
     def close(self) -> None:
+        """Close the connector's state store."""
         self.store.close()
 
     # --- the transport itself -----------------------------------------------------
 
     def transport(self) -> Transport:
+        """A new transport of the source's config, as the engine builds it."""
         return self.ctx.transport()
 
     def limits(self) -> Limits:
+        """The limits the engine's discovery gives the transport now (``appendable`` when
+        the format is line oriented)."""
         fmt = self.ctx.format()
         return Limits(now=time.time(), appendable=fmt is not None and fmt.line_oriented)
 
@@ -291,9 +295,11 @@ class Connector:
     # --- the engine ---------------------------------------------------------------
 
     def discover(self) -> discovery.Discovery:
+        """One discovery by the engine: plans batches in the connector's state store."""
         return discovery.discover(self.store, self.ctx)
 
     def run(self, batch_ids: Sequence[int]) -> None:
+        """Run planned batches in this process (Spark's task loop without Spark)."""
         for batch_id in batch_ids:
             run_batch(self.store, batch_id, _InProcessTasks)
 
@@ -307,6 +313,7 @@ class Connector:
         pytest.fail(f"discovery still finds new work after {rounds} runs of a bounded source")
 
     def finalize(self) -> bool:
+        """The engine's end-of-input check; True when the connector is finished."""
         return discovery.finalize(self.store, self.ctx)
 
     def table(self) -> pa.Table:
@@ -314,6 +321,7 @@ class Connector:
         return _read_parts(self.ctx.sink().location(), target_schema(self.ctx.table))
 
     def status(self) -> ConnectorState:
+        """The connector's state in the store; fails the test when there is none."""
         st = self.store.status(self.ref)
         assert st is not None, f"no state for connector {self.ref}"
         return st
@@ -335,6 +343,7 @@ class TransportConformance:
 
     @pytest.fixture
     def source(self) -> Source:
+        """Override: the :class:`Source` the checks run against."""
         raise NotImplementedError(
             f"{type(self).__name__}: define a `source` fixture returning an "
             "airflow_connectors.testing.conformance.Source"
@@ -342,6 +351,7 @@ class TransportConformance:
 
     @pytest.fixture
     def connector(self, source: Source, tmp_path: Path) -> Iterator[Connector]:
+        """The source as a :class:`Connector` with a fresh state store and warehouse."""
         c = Connector(source, tmp_path / "connector")
         yield c
         c.close()
@@ -349,6 +359,8 @@ class TransportConformance:
     # --- the class -------------------------------------------------------------------
 
     def test_declares_its_name_and_a_strict_config(self, source: Source) -> None:
+        """The class has the registered ``name``, a ``Config`` that forbids unknown keys and
+        ``needs_format`` as the source says."""
         cls = TRANSPORTS.get(source.transport)
         assert issubclass(cls, Transport), f"{cls!r} is not a Transport"
         assert cls.name == source.transport, (
@@ -367,6 +379,8 @@ class TransportConformance:
     def test_lists_work_in_key_order_and_every_record_lands_once(
         self, connector: Connector
     ) -> None:
+        """The first discovery lists work in key order that reads as known records; draining
+        lands every record exactly once."""
         items = connector.list_work(Cursor())
         assert items, "the first discovery of the source listed no work"
         keys = [i.key for i in items]
@@ -380,6 +394,7 @@ class TransportConformance:
         assert_same_records(connector.table(), expected, key, "table")
 
     def test_discovery_after_the_cursor_lists_only_new_work(self, connector: Connector) -> None:
+        """After a commit, no committed range is listed again, and nothing once all is committed."""
         found = connector.discover()
         assert found.batch_ids, "the first discovery of the source planned nothing"
         # Commit the first batch; forget the others, so their items are new work again.
@@ -400,6 +415,8 @@ class TransportConformance:
         assert not left, f"discovery lists work after every record was committed: {left}"
 
     def test_in_flight_keys_are_skipped(self, connector: Connector) -> None:
+        """Keys of planned batches are not listed again; the next discovery returns the
+        pending batches first."""
         found = connector.discover()
         assert found.batch_ids, "the first discovery of the source planned nothing"
         cursor = connector.store.cursor(connector.ref)
@@ -419,6 +436,8 @@ class TransportConformance:
     def test_reading_from_start_and_records_done_yields_the_remaining_records(
         self, connector: Connector
     ) -> None:
+        """A key committed part way resumes at its offset with ``records_done`` and reads the
+        records after it in order; with offsets reset there, the rest lands once."""
         items = connector.list_work(Cursor())
         assert items, "the first discovery of the source listed no work"
         first = items[0]
@@ -466,6 +485,8 @@ class TransportConformance:
     def test_bounded_and_end_of_input_as_declared(
         self, connector: Connector, tmp_path: Path
     ) -> None:
+        """``bounded`` is as the source declares; a bounded source reaches end of input only
+        once everything is committed, an unbounded one never."""
         source = connector.source
         assert connector.transport().bounded is source.bounded, (
             f"bounded is {connector.transport().bounded}; the source declares {source.bounded}"
@@ -498,6 +519,7 @@ class TransportConformance:
     # --- configuration ------------------------------------------------------------------
 
     def test_unknown_config_key_is_rejected_with_its_path(self, source: Source) -> None:
+        """An unknown config key fails validation at its own JSON path."""
         bad = {**source.config, "no_such_setting": 1}
         _assert_rejected_at(source, bad, "no_such_setting", "unknown field")
         cls = TRANSPORTS.get(source.transport)
@@ -507,6 +529,8 @@ class TransportConformance:
         assert locs == [("no_such_setting",)], f"Config's errors are at {locs}"
 
     def test_wrong_types_are_rejected_with_their_path(self, source: Source) -> None:
+        """A non-scalar in each scalar field (and each of ``invalid_configs``) fails validation
+        at that field's path."""
         fields = _scalar_fields(TRANSPORTS.get(source.transport).Config)
         if not fields and not source.invalid_configs:
             pytest.skip("Config has no scalar field and the source gives no invalid_configs")
@@ -520,6 +544,8 @@ class TransportConformance:
     def test_crash_between_sink_write_and_commit_reruns_to_the_same_table(
         self, connector: Connector, tmp_path: Path
     ) -> None:
+        """An ingest job killed after writing, before committing, leaves nothing visible; the
+        re-run lands every record once and re-running committed batches changes nothing."""
         found = connector.discover()
         assert found.batch_ids, "the first discovery of the source planned nothing"
         marks = tmp_path / "failpoints"

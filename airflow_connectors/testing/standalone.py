@@ -34,6 +34,7 @@ _CONNECT_ARGS = f"{__name__}.SQLITE_CONNECT_ARGS"
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (the OS picks it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -156,6 +157,9 @@ class StandaloneAirflow:
     # --- process ---------------------------------------------------------------
 
     def start(self, timeout: float = 180) -> None:
+        """Start ``airflow standalone`` and wait until its metadata DB, scheduler, triggerer
+        and dag-processor report healthy. Raises ``RuntimeError`` when the port is taken or
+        Airflow exits, ``TimeoutError`` after ``timeout`` seconds (with the log's end)."""
         if not port_free(self.port):
             raise RuntimeError(
                 f"port {self.port} on 127.0.0.1 is in use: Airflow's API server cannot start "
@@ -191,6 +195,7 @@ class StandaloneAirflow:
         )
 
     def log_tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines of the standalone's log, for error messages."""
         try:
             text = self.log_file.read_text(errors="replace")
         except OSError:
@@ -208,6 +213,7 @@ class StandaloneAirflow:
         )
 
     def stop(self) -> None:
+        """Stop Airflow's process group, then task processes and Spark jobs it left; idempotent."""
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -261,6 +267,7 @@ class StandaloneAirflow:
 
     @property
     def client(self) -> httpx.Client:
+        """A REST client logged in as admin, made on first use."""
         if self._client is None:
             self._client = self.client_for("admin", self.password)
         return self._client
@@ -297,6 +304,8 @@ class StandaloneAirflow:
         return resp.json()
 
     def wait_for_dags(self, dag_ids: Iterable[str], timeout: float = 120) -> None:
+        """Wait until Airflow parsed every DAG of ``dag_ids``; ``TimeoutError`` lists the
+        import errors."""
         wanted = set(dag_ids)
         deadline = time.monotonic() + timeout
         while True:
@@ -314,9 +323,11 @@ class StandaloneAirflow:
             time.sleep(2)
 
     def set_paused(self, dag_id: str, paused: bool) -> None:
+        """Pause or unpause a DAG through the REST API."""
         self._json("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": paused})
 
     def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
+        """Trigger a manual run of ``dag_id``; returns its run id."""
         # A run id of our own makes a retried POST safe: if the first one got through,
         # the retry answers 409 and that run is the one.
         run_id = f"manual__{time.strftime('%Y%m%dT%H%M%S')}_{os.urandom(3).hex()}"
@@ -333,12 +344,14 @@ class StandaloneAirflow:
         return str(run["dag_run_id"])
 
     def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        """The DAG's runs (at most 100) as the REST API gives them, oldest first."""
         runs = self._json(
             "GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"limit": 100, "order_by": "run_after"}
         )["dag_runs"]
         return list(runs)
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """The task instances of one run as the REST API gives them."""
         return list(
             self._json("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")[
                 "task_instances"
@@ -346,6 +359,7 @@ class StandaloneAirflow:
         )
 
     def wait_run(self, dag_id: str, run_id: str, timeout: float = 300) -> dict[str, Any]:
+        """Wait until the run succeeded or failed; returns it. ``TimeoutError`` after ``timeout``."""
         deadline = time.monotonic() + timeout
         while True:
             run = self._json("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
