@@ -19,6 +19,9 @@ UI_PAGE = Path(__file__).parent.parent / "ui.html"
 
 
 def create_app() -> FastAPI:
+    """The ``/connect`` app: every route behind Airflow's login, errors as
+    ``{"error_code", "message"}`` (an invalid request is 400, not 422), and the OpenAPI
+    document at ``/connect/openapi.json``."""
     from fastapi.openapi.docs import get_swagger_ui_html
 
     app = FastAPI(
@@ -84,6 +87,8 @@ class BaseUrlWithoutSlash:
         self.prefix = prefix
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Rewrites ``/connect`` to ``/connect/``; answers a path under it with a line break
+        404 in the API's error shape; passes everything else on."""
         if scope["type"] == "http" and scope["path"] == self.prefix:
             path = f"{self.prefix}/"
             scope = {**scope, "path": path, "raw_path": path.encode()}

@@ -30,10 +30,13 @@ from airflow_connectors.state.store import ConnectorNotStopped, ConnectorRef, St
 
 @functools.cache
 def state_store() -> StateStore:
+    """The state store of ``[connectors] state_store_url``, opened once per API server
+    process."""
     return StateStore(Settings.load().state_store_url)
 
 
 def connector_name(ref: ConnectorRef) -> str:
+    """The connector's name in the API: ``<pipeline>.<table>.<connector>`` (its DAG id)."""
     return f"{ref.pipeline}.{ref.table}.{ref.connector}"
 
 
@@ -70,6 +73,7 @@ def known_connectors(pipeline: str | None = None) -> list[ConnectorRef]:
 
 
 def ref_by_name(name: str) -> ConnectorRef:
+    """The known connector called ``name``; ``ApiError`` 404 naming the naming rule."""
     for ref in known_connectors():
         if connector_name(ref) == name:
             return ref
@@ -81,10 +85,13 @@ def ref_by_name(name: str) -> ConnectorRef:
 
 
 def pipeline_names() -> str:
+    """The known pipelines, comma-separated, for error messages; ``(none)`` when empty."""
     return ", ".join(sorted({r.pipeline for r in known_connectors()})) or "(none)"
 
 
 def ref_by_feldera_path(pipeline: str, table: str, connector: str) -> ConnectorRef:
+    """The connector of a Feldera path, the table name matched as Feldera does (unquoted:
+    any case; quoted: exact). ``ApiError`` 404 naming what exists."""
     catalog = known_connectors(pipeline)
     if not catalog:
         raise ApiError(404, f"unknown pipeline {pipeline!r}; known pipelines: {pipeline_names()}")
@@ -119,7 +126,7 @@ def spec_of(ref: ConnectorRef) -> dict[str, Any]:
 
     from airflow.models.serialized_dag import SerializedDagModel
 
-    dag = SerializedDagModel.get_dag(dag_id_of(ref))
+    dag = SerializedDagModel.get_dag(_dag_id_of(ref))
     task = dag.get_task("discover") if dag is not None and dag.has_task("discover") else None
     text = getattr(task, "spec_json", None)
     if not isinstance(text, str):
@@ -133,6 +140,7 @@ def spec_of(ref: ConnectorRef) -> dict[str, Any]:
 
 
 def connector_info(ref: ConnectorRef) -> dict[str, Any]:
+    """Kafka Connect's connector info: name, masked config, tasks, type ``source``."""
     tasks = [{"connector": connector_name(ref), "task": t["id"]} for t in task_list(ref)]
     return {
         "name": connector_name(ref),
@@ -142,7 +150,8 @@ def connector_info(ref: ConnectorRef) -> dict[str, Any]:
     }
 
 
-def dag_id_of(ref: ConnectorRef) -> str:
+def _dag_id_of(ref: ConnectorRef) -> str:
+    """The connector's DAG id (its API name)."""
     return connector_name(ref)
 
 
@@ -162,6 +171,9 @@ def act(ref: ConnectorRef, action: Literal["pause", "resume", "stop", "start"]) 
 
 
 def edit_offsets(ref: ConnectorRef, entries: list[dict[str, Any]] | None) -> None:
+    """Set the given offsets (``None``: forget them all) of a stopped connector.
+    A key may be given as users see it, masked, when it stands for one real key.
+    ``ApiError`` 400 when it is ambiguous or the connector is not stopped."""
     if entries:
         # Users see keys masked: map each masked key back to the one real key it shows.
         real: dict[str, list[str]] = {}
@@ -206,7 +218,7 @@ def latest_ingest_tis(ref: ConnectorRef) -> list[Any]:
     with create_session() as session:
         run = (
             session.query(DagRun)
-            .filter(DagRun.dag_id == dag_id_of(ref))
+            .filter(DagRun.dag_id == _dag_id_of(ref))
             .order_by(DagRun.run_after.desc(), DagRun.id.desc())
             .first()
         )
@@ -228,6 +240,8 @@ def latest_ingest_tis(ref: ConnectorRef) -> list[Any]:
 
 
 def task_list(ref: ConnectorRef) -> list[dict[str, Any]]:
+    """The connector's tasks: the ingest task instances of the latest run (one per batch)
+    with id (map index), state, worker and batch id, and a masked trace when failed."""
     out = []
     for ti in latest_ingest_tis(ref):
         label = ti.rendered_map_index or ""
@@ -247,6 +261,8 @@ def task_list(ref: ConnectorRef) -> list[dict[str, Any]]:
 
 
 def task_status(ref: ConnectorRef, task: int) -> dict[str, Any]:
+    """Kafka Connect's status of one task; ``ApiError`` 404 when the latest run has no such
+    task."""
     for t in connector_status(ref)["tasks"]:
         if t["id"] == task:
             return {k: v for k, v in t.items() if k != "batch_id"}
@@ -269,7 +285,7 @@ def clear_tasks(ref: ConnectorRef, tasks: list[int]) -> None:
     with create_session() as session:
         tis = (
             session.query(TaskInstance)
-            .filter(TaskInstance.dag_id == dag_id_of(ref), TaskInstance.run_id == run_id)
+            .filter(TaskInstance.dag_id == _dag_id_of(ref), TaskInstance.run_id == run_id)
             .all()
         )
         chosen = [
@@ -289,7 +305,7 @@ def trigger_run(ref: ConnectorRef) -> None:
     from airflow.utils.types import DagRunTriggeredByType
 
     trigger_dag(
-        dag_id=dag_id_of(ref),
+        dag_id=_dag_id_of(ref),
         run_id=None,
         logical_date=None,
         triggered_by=DagRunTriggeredByType.REST_API,
@@ -305,6 +321,8 @@ def failed_task_trace(tasks: list[dict[str, Any]]) -> str | None:
 
 
 def connector_status(ref: ConnectorRef) -> dict[str, Any]:
+    """Kafka Connect's connector status: the control service's state (with a masked trace)
+    and the tasks' states; a stopped connector lists no tasks."""
     tasks = task_list(ref)
     view = control().view(ref, failed_task_trace=failed_task_trace(tasks))
     connector: dict[str, Any] = {"state": view.state.value, "worker_id": "airflow"}

@@ -24,11 +24,15 @@ router = APIRouter(prefix="/v0/pipelines")
 
 
 class GlobalMetrics(BaseModel):
+    """The pipeline's state and the records all its connectors ingested."""
+
     state: str = Field(description="Paused or Running")
     total_input_records: int
 
 
 class PipelineStats(BaseModel):
+    """Feldera's pipeline statistics: global metrics and each connector's status."""
+
     global_metrics: GlobalMetrics
     inputs: list[dict[str, Any]] = Field(
         description="Each connector's status, as .../connectors/{connector}/stats answers"
@@ -50,6 +54,8 @@ def _pipeline_refs(pipeline: str) -> list[Any]:
     responses=error_responses(400, 404, 409),
 )
 def connector_action(pipeline: str, table: str, connector: str, action: str) -> dict[str, Any]:
+    """Start or pause one connector (Feldera's ``start``/``pause``). A stopped connector
+    does not start (409): resume it first."""
     if action not in ("start", "pause"):
         raise ApiError(
             400, f"unknown action {action!r}; the connector actions are 'start' and 'pause'"
@@ -66,11 +72,15 @@ def connector_action(pipeline: str, table: str, connector: str, action: str) -> 
     responses=error_responses(404),
 )
 def connector_stats(pipeline: str, table: str, connector: str) -> dict[str, Any]:
+    """The connector's status in Feldera's shape: config (secrets masked), metrics,
+    errors, ``paused`` and the state."""
     return catalog.feldera_status_of(catalog.ref_by_feldera_path(pipeline, table, connector))
 
 
 @router.get("/{pipeline}/stats", response_model=PipelineStats, responses=error_responses(404))
 def pipeline_stats(pipeline: str) -> dict[str, Any]:
+    """The pipeline's statistics: ``Paused`` or ``Running``, total input records and every
+    connector's status."""
     refs = _pipeline_refs(pipeline)
     paused = catalog.state_store().pipeline_paused(pipeline)
     inputs = [catalog.feldera_status_of(r) for r in refs]
@@ -107,6 +117,7 @@ def resume_pipeline(pipeline: str) -> Response:
 
 @router.post("/{pipeline}/{action}", include_in_schema=False)
 def unknown_pipeline_action(pipeline: str, action: str) -> Response:
+    """Any other pipeline action: 404 naming the actions there are."""
     # Feldera has no such route: 404, with the actions there are.
     raise ApiError(
         404, f"unknown pipeline action {action!r}; the pipeline actions are 'pause' and 'resume'"

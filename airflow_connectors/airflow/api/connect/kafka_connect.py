@@ -35,16 +35,22 @@ class ClusterInfo(BaseModel):
 
 
 class ConnectorStateInfo(BaseModel):
+    """A connector's state as Kafka Connect reports it."""
+
     state: str = Field(description="UNASSIGNED, RUNNING, PAUSED, STOPPED, FAILED, RESTARTING")
     worker_id: str
     trace: str | None = Field(default=None, description="Why it failed (only when FAILED)")
 
 
 class TaskStateInfo(ConnectorStateInfo):
+    """One task's state: an ingest task (one batch) of the connector DAG's latest run."""
+
     id: int = Field(description="The ingest task's map index in the latest run")
 
 
 class ConnectorStatus(BaseModel):
+    """Kafka Connect's connector status: the connector's state and its tasks'."""
+
     name: str
     connector: ConnectorStateInfo
     tasks: list[TaskStateInfo]
@@ -52,11 +58,15 @@ class ConnectorStatus(BaseModel):
 
 
 class TaskId(BaseModel):
+    """Names a task: the connector and the task's number."""
+
     connector: str
     task: int
 
 
 class ConnectorInfo(BaseModel):
+    """Kafka Connect's connector info: name, config (secrets masked), tasks, type."""
+
     name: str
     config: dict[str, Any] = Field(description="The connector as written in its spec")
     tasks: list[TaskId]
@@ -71,6 +81,8 @@ class ConnectorExpanded(BaseModel):
 
 
 class TaskInfo(BaseModel):
+    """A task and its config: the batch it ingests."""
+
     id: TaskId
     config: dict[str, Any]
 
@@ -104,20 +116,28 @@ class OffsetEntry(BaseModel):
 
 
 class OffsetsPatch(BaseModel):
+    """The offsets to set (``PATCH .../offsets``); keys not listed are kept."""
+
     offsets: list[OffsetEntry]
 
 
 class Offsets(BaseModel):
+    """A connector's committed offsets, one entry per source key."""
+
     offsets: list[dict[str, Any]] = Field(
         description="Per source key: key (secrets masked), offset, records, completed, meta"
     )
 
 
 class Message(BaseModel):
+    """A one-line answer for the user."""
+
     message: str
 
 
 class PluginInfo(BaseModel):
+    """A transport, format or sink that connectors may name."""
+
     model_config = ConfigDict(populate_by_name=True)
 
     class_: str = Field(alias="class")
@@ -126,6 +146,9 @@ class PluginInfo(BaseModel):
 
 
 class ConfigKeyInfo(BaseModel):
+    """One field of a plugin's config: name, type, whether required, default and its
+    documentation."""
+
     name: str
     type: str
     required: bool
@@ -134,6 +157,9 @@ class ConfigKeyInfo(BaseModel):
 
 
 class ConfigInfos(BaseModel):
+    """Kafka Connect's validation answer: each field with its value and errors, and the
+    number of errors."""
+
     name: str
     error_count: int
     groups: list[str]
@@ -147,6 +173,7 @@ _CONNECTOR_ERRORS = error_responses(404)
 
 @router.get("/", response_model=ClusterInfo)
 def cluster_info() -> dict[str, Any]:
+    """Kafka Connect's cluster info: this package's and Airflow's versions."""
     from airflow import __version__ as airflow_version
 
     return {
@@ -158,6 +185,8 @@ def cluster_info() -> dict[str, Any]:
 
 @router.get("/connectors", response_model=list[str] | dict[str, ConnectorExpanded])
 def list_connectors(request: Request, expand: list[str] = Query(default=[])) -> Any:  # noqa: B008
+    """The names of the connectors the user may read; with ``expand=status`` and/or
+    ``expand=info``, each one's status and info by name."""
     # Only the connectors whose DAG the user may read.
     from airflow_connectors.airflow.api.connect.auth import may
 
@@ -187,6 +216,7 @@ def list_connectors(request: Request, expand: list[str] = Query(default=[])) -> 
     responses={**_CONNECTOR_ERRORS, **error_responses(409)},
 )
 def get_connector(name: str) -> dict[str, Any]:
+    """The connector's info: config (secrets masked) and tasks."""
     return catalog.connector_info(catalog.ref_by_name(name))
 
 
@@ -196,6 +226,7 @@ def get_connector(name: str) -> dict[str, Any]:
     responses={**_CONNECTOR_ERRORS, **error_responses(409)},
 )
 def get_config(name: str) -> dict[str, Any]:
+    """The connector's config as written in its spec, secrets masked."""
     return catalog.masked_config(catalog.ref_by_name(name))
 
 
@@ -206,11 +237,13 @@ def get_config(name: str) -> dict[str, Any]:
     responses=_CONNECTOR_ERRORS,
 )
 def get_status(name: str) -> dict[str, Any]:
+    """The connector's state and its tasks' (the ingest tasks of its DAG's latest run)."""
     return catalog.connector_status(catalog.ref_by_name(name))
 
 
 @router.get("/connectors/{name}/tasks", response_model=list[TaskInfo], responses=_CONNECTOR_ERRORS)
 def get_tasks(name: str) -> list[dict[str, Any]]:
+    """The connector's tasks, each with the batch it ingests."""
     ref = catalog.ref_by_name(name)
     return [
         {"id": {"connector": name, "task": t["id"]}, "config": {"batch_id": t["batch_id"]}}
@@ -225,6 +258,7 @@ def get_tasks(name: str) -> list[dict[str, Any]]:
     responses=_CONNECTOR_ERRORS,
 )
 def get_task_status(name: str, task: int) -> dict[str, Any]:
+    """One task's state; 404 when the latest run has no such task."""
     return catalog.task_status(catalog.ref_by_name(name), task)
 
 
@@ -243,6 +277,10 @@ def get_task_status(name: str, task: int) -> dict[str, Any]:
     },
 )
 def restart(name: str, includeTasks: bool = False, onlyFailed: bool = False) -> Response:
+    """Kafka Connect's restart. Plain: a new run of the connector's DAG (204).
+    ``onlyFailed``: only a FAILED connector restarts. ``includeTasks``: the latest run's
+    ingest tasks (with ``onlyFailed``, the failed ones) run again. Those answer 202 with
+    the status, what restarts RESTARTING. A stopped connector: 409."""
     ref = catalog.ref_by_name(name)
     store = catalog.state_store()
     state = catalog.connector_status(ref)["connector"]["state"]
@@ -275,6 +313,7 @@ def restart(name: str, includeTasks: bool = False, onlyFailed: bool = False) -> 
     responses=_CONNECTOR_ERRORS,
 )
 def restart_task(name: str, task: int) -> Response:
+    """Run one ingest task of the latest run again (and the tasks after it)."""
     ref = catalog.ref_by_name(name)
     catalog.task_status(ref, task)  # 404 for an unknown task
     catalog.clear_tasks(ref, [task])
@@ -288,6 +327,7 @@ def restart_task(name: str, task: int) -> Response:
     responses={**_CONNECTOR_ERRORS, **error_responses(409)},
 )
 def pause(name: str) -> Response:
+    """Pause the connector (its DAG); from STOPPED too, as Kafka Connect does."""
     catalog.act(catalog.ref_by_name(name), "pause")  # from STOPPED too, as Kafka Connect
     return Response(status_code=202)
 
@@ -299,6 +339,7 @@ def pause(name: str) -> Response:
     responses={**_CONNECTOR_ERRORS, **error_responses(409)},
 )
 def resume(name: str) -> Response:
+    """Resume a paused or stopped connector."""
     catalog.act(catalog.ref_by_name(name), "resume")
     return Response(status_code=202)
 
@@ -310,12 +351,15 @@ def resume(name: str) -> Response:
     responses={**_CONNECTOR_ERRORS, **error_responses(409)},
 )
 def stop(name: str) -> Response:
+    """Stop the connector: paused, with its planned batches released, so its offsets may
+    be edited."""
     catalog.act(catalog.ref_by_name(name), "stop")
     return Response(status_code=204)
 
 
 @router.get("/connectors/{name}/offsets", response_model=Offsets, responses=_CONNECTOR_ERRORS)
 def get_offsets(name: str) -> dict[str, Any]:
+    """The connector's committed offsets; keys with secrets are shown masked."""
     ref = catalog.ref_by_name(name)
     # Keys are shown masked (a URL's password); PATCH accepts them as shown.
     offsets = catalog.state_store().offsets(ref)
@@ -328,6 +372,8 @@ def get_offsets(name: str) -> dict[str, Any]:
     responses={**_CONNECTOR_ERRORS, **error_responses(400)},
 )
 def patch_offsets(name: str, body: OffsetsPatch) -> dict[str, Any]:
+    """Set offsets of a stopped connector (400 otherwise); ``offset: null`` forgets a
+    key. Masked keys are accepted as GET shows them."""
     ref = catalog.ref_by_name(name)
     catalog.edit_offsets(ref, [e.model_dump() for e in body.offsets])
     return {"message": f"The offsets of connector {name} were altered; resume it to use them."}
@@ -339,6 +385,8 @@ def patch_offsets(name: str, body: OffsetsPatch) -> dict[str, Any]:
     responses={**_CONNECTOR_ERRORS, **error_responses(400)},
 )
 def delete_offsets(name: str) -> dict[str, Any]:
+    """Forget every offset of a stopped connector (400 otherwise): resumed, it reads its
+    input again from the start."""
     catalog.edit_offsets(catalog.ref_by_name(name), None)
     return {
         "message": f"The offsets of connector {name} were reset; resume it to re-read its input."
@@ -347,6 +395,7 @@ def delete_offsets(name: str) -> dict[str, Any]:
 
 @router.get("/connector-plugins", response_model=list[PluginInfo])
 def list_plugins() -> list[dict[str, str]]:
+    """Every transport, format and sink installed (built in or by entry point)."""
     return [
         {"class": name, "type": kind, "version": __version__}
         for kind, registry in plugin_config.registries()
@@ -361,6 +410,7 @@ def list_plugins() -> list[dict[str, str]]:
     responses=error_responses(404),
 )
 def plugin_definitions(plugin: str, type: PluginType | None = None) -> list[dict[str, Any]]:
+    """The fields of the plugin's config; ``type`` picks one of two plugins of one name."""
     return plugin_config.definitions(plugin_config.plugin_model(plugin, type))
 
 
@@ -378,6 +428,8 @@ def validate_config(
     ),
     type: PluginType | None = None,
 ) -> dict[str, Any]:
+    """Check a config against the plugin's fields; errors are per field, as Kafka Connect
+    answers."""
     values = _object(config)
     return plugin_config.validate(plugin, plugin_config.plugin_model(plugin, type), values)
 
