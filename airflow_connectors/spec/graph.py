@@ -64,27 +64,34 @@ def start_after_errors(parsed: Sequence[tuple[str, int, ConnectorSpec]]) -> list
     """The problems of the connectors' ``start_after``: not empty, names only carried
     labels, no cycles. ``parsed``: (table, index in its connectors, connector) of every
     connector that parsed, even in tables with errors, so all problems show at once."""
-    errors: list[SpecError] = []
-
-    def problem(path: list[str | int], message: str) -> None:
-        errors.append(SpecError(path_str(path), message))
-
     carriers: dict[str, list[str]] = {}
     where: dict[str, list[str | int]] = {}
     for table, i, c in parsed:
         where[f"{table}.{c.name}"] = ["tables", table, "connectors", i]
         for label in c.labels:
             carriers.setdefault(label, []).append(f"{table}.{c.name}")
+    errors, waits = _label_errors(parsed, carriers)
+    return errors + _cycle_errors(waits, carriers, where)
+
+
+def _label_errors(
+    parsed: Sequence[tuple[str, int, ConnectorSpec]], carriers: Mapping[str, list[str]]
+) -> tuple[list[SpecError], dict[str, tuple[str, ...]]]:
+    """The empty ``start_after`` lists and the labels no connector carries, and what
+    each connector with a non-empty ``start_after`` waits for."""
+    errors: list[SpecError] = []
     waits: dict[str, tuple[str, ...]] = {}
     for table, i, c in parsed:
-        ep = f"{table}.{c.name}"
-        here: list[str | int] = ["tables", table, "connectors", i, "start_after"]
         if c.start_after is None:
             continue
+        ep = f"{table}.{c.name}"
+        here = path_str(["tables", table, "connectors", i, "start_after"])
         if not c.start_after:
-            problem(
-                here,
-                f"empty 'start_after' for connector {ep}; name at least one label, or remove the field",
+            errors.append(
+                SpecError(
+                    here,
+                    f"empty 'start_after' for connector {ep}; name at least one label, or remove the field",
+                )
             )
             continue
         for label in c.start_after:
@@ -93,11 +100,24 @@ def start_after_errors(parsed: Sequence[tuple[str, int, ConnectorSpec]]) -> list
                     ", ".join(sorted(carriers))
                     or "(none: add 'labels' to the connectors to wait for)"
                 )
-                problem(
-                    here,
-                    f"connector {ep} waits for label {label!r}, which no connector carries; labels in this pipeline: {known}",
+                errors.append(
+                    SpecError(
+                        here,
+                        f"connector {ep} waits for label {label!r}, which no connector carries; labels in this pipeline: {known}",
+                    )
                 )
         waits[ep] = c.start_after
+    return errors, waits
+
+
+def _cycle_errors(
+    waits: Mapping[str, tuple[str, ...]],
+    carriers: Mapping[str, list[str]],
+    where: Mapping[str, list[str | int]],
+) -> list[SpecError]:
+    """One error per distinct cycle of ``start_after`` waits, at the first connector of
+    the cycle."""
+    errors: list[SpecError] = []
     # A waits for B when A.start_after names a label B carries.
     component = _components(waits, waits, carriers)
     members: dict[int, set[str]] = {}
@@ -121,17 +141,21 @@ def start_after_errors(parsed: Sequence[tuple[str, int, ConnectorSpec]]) -> list
         cycle = _find_cycle(start, waits, carriers, group)
         if cycle and frozenset(ep for ep, _ in cycle) not in reported:
             reported.add(frozenset(ep for ep, _ in cycle))
-            text = "".join(
-                f"{'' if i == 0 else ', which '}{ep if i == 0 else ''}{' ' if i == 0 else ''}waits for label {label!r} carried by {nxt}"
-                for i, ((ep, label), (nxt, _)) in enumerate(
-                    zip(cycle, cycle[1:] + cycle[:1], strict=True)
+            errors.append(
+                SpecError(
+                    path_str([*where[cycle[0][0]], "start_after"]),
+                    f"cyclic 'start_after' dependency: {_describe_cycle(cycle)}; remove one of these labels or start_after entries",
                 )
             )
-            problem(
-                [*where[cycle[0][0]], "start_after"],
-                f"cyclic 'start_after' dependency: {text}; remove one of these labels or start_after entries",
-            )
     return errors
+
+
+def _describe_cycle(cycle: list[tuple[str, str]]) -> str:
+    """``a.x waits for label 'l' carried by b.y, which waits for label ...``."""
+    return "".join(
+        f"{'' if i == 0 else ', which '}{ep if i == 0 else ''}{' ' if i == 0 else ''}waits for label {label!r} carried by {nxt}"
+        for i, ((ep, label), (nxt, _)) in enumerate(zip(cycle, cycle[1:] + cycle[:1], strict=True))
+    )
 
 
 def _edges(
