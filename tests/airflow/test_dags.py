@@ -312,11 +312,11 @@ def test_gate_skips_while_pipeline_paused_or_start_after_unfinished(
     from airflow_connectors.state.store import ConnectorRef
 
     files = ConnectorRef("gated", "events", "files")
-    control.stop(store, files)
+    control.ConnectorControl(store).stop(files)
     stopped = task_states(dags["gated.events.files"].test())
     assert stopped[("gate", -1)] == "skipped" and stopped[("discover", -1)] == "skipped"
     assert table_ids(connectors_env, "gated", "events") == []
-    control.resume(store, files)
+    control.ConnectorControl(store).resume(files)
 
     early = dags["gated.events.more"].test()  # the labelled connector has not finished
     assert task_states(early)[("gate", -1)] == "skipped"

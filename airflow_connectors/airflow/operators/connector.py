@@ -160,14 +160,18 @@ class ConnectorGateOperator(BaseOperator):
     def execute(self, context: Context) -> None:
         """Raises ``AirflowSkipException`` (skipping the rest of the run) with the reason
         when the connector may not run now."""
-        from airflow_connectors.engine import control
+        from airflow_connectors.airflow.dag_switch import AirflowDagSwitch
+        from airflow_connectors.engine.control import ConnectorControl
         from airflow_connectors.engine.runner import unfinished
 
         settings = Settings.load()
         name = f"{self.pipeline}.{self.endpoint}"
         table, _, connector = self.endpoint.partition(".")
         with _state_store(settings) as store:
-            reason = control.gate_blocker(store, ConnectorRef(self.pipeline, table, connector))
+            # The gate's rule reads the store only (a task cannot reach Airflow's
+            # metadata database); the switch is the one the other surfaces use.
+            control = ConnectorControl(store, AirflowDagSwitch())
+            reason = control.gate_blocker(ConnectorRef(self.pipeline, table, connector))
             if reason:
                 raise AirflowSkipException(reason)
             blocking = unfinished(store, self.pipeline, self.waits_for)
