@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sqlglot import exp
 
 
 @dataclass
@@ -26,8 +29,6 @@ def parse_create_tables(sql: str) -> tuple[list[SqlTable], list[tuple[int | None
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import ParseError
-
-    from airflow_connectors.spec.types import from_column_def
 
     try:
         statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
@@ -50,64 +51,92 @@ def parse_create_tables(sql: str) -> tuple[list[SqlTable], list[tuple[int | None
                 )
             )
             continue
-        table_id = stmt.this.this
-        table = SqlTable(_ident(table_id.this), {})  # the Identifier knows if it was quoted
-        for col in stmt.this.expressions:
-            if not isinstance(col, exp.ColumnDef):
-                continue  # table constraints such as PRIMARY KEY (a, b)
-            name = _ident(col.this)
-            if name in table.columns:
-                # Unquoted names are lower-cased, so `a INT, A INT` is a duplicate too.
-                table.errors.append(
-                    (
-                        ("columns", name),
-                        f"column {name!r} is defined twice in CREATE TABLE {table.name}; "
-                        "column names must be unique: rename or remove one",
-                    )
-                )
-                continue
-            try:
-                table.columns[name] = from_column_def(col)
-            except ValueError as e:
-                table.columns[name] = str(e)
-        props = stmt.args.get("properties")
-        for prop in props.expressions if props else []:
-            key = prop.this.this if isinstance(prop.this, exp.Literal) else prop.name
-            if str(key).lower() != "connectors":
-                table.errors.append(
-                    (
-                        (str(key),),
-                        f"unknown table property {key!r}; the supported property is 'connectors'",
-                    )
-                )
-                continue
-            value = prop.args.get("value")
-            text = value.this if isinstance(value, exp.Literal) and value.is_string else None
-            if text is None:
-                table.errors.append(
-                    (("connectors",), "expected 'connectors' = '<JSON array>' (a string literal)")
-                )
-                continue
-            duplicates: list[str] = []
-            try:
-                table.connectors = json.loads(text, object_pairs_hook=unique_keys(duplicates))
-            except json.JSONDecodeError as e:
-                table.errors.append(
-                    (
-                        ("connectors",),
-                        f"'connectors' is not legal JSON: {e.msg} at line {e.lineno}, column {e.colno} of the string",
-                    )
-                )
-            for key in duplicates:
-                table.errors.append(
-                    (
-                        ("connectors",),
-                        f"duplicate key {key!r} in a JSON object of 'connectors'; JSON keeps "
-                        "only the last one and drops the first: merge them or rename one",
-                    )
-                )
-        tables.append(table)
+        tables.append(_create_table(stmt))
     return tables, errors
+
+
+def _create_table(stmt: exp.Create) -> SqlTable:
+    """One ``CREATE TABLE`` statement: its columns and its ``connectors`` property."""
+    from sqlglot import exp
+
+    table_id = stmt.this.this
+    table = SqlTable(_ident(table_id.this), {})  # the Identifier knows if it was quoted
+    for col in stmt.this.expressions:
+        if not isinstance(col, exp.ColumnDef):
+            continue  # table constraints such as PRIMARY KEY (a, b)
+        _add_column(table, col)
+    props = stmt.args.get("properties")
+    for prop in props.expressions if props else []:
+        _add_property(table, prop)
+    return table
+
+
+def _add_column(table: SqlTable, col: exp.ColumnDef) -> None:
+    """``col``'s type (or why it has none) in ``table.columns``; a second column of the
+    same name is an error."""
+    from airflow_connectors.spec.types import from_column_def
+
+    name = _ident(col.this)
+    if name in table.columns:
+        # Unquoted names are lower-cased, so `a INT, A INT` is a duplicate too.
+        table.errors.append(
+            (
+                ("columns", name),
+                f"column {name!r} is defined twice in CREATE TABLE {table.name}; "
+                "column names must be unique: rename or remove one",
+            )
+        )
+        return
+    try:
+        table.columns[name] = from_column_def(col)
+    except ValueError as e:
+        table.columns[name] = str(e)
+
+
+def _add_property(table: SqlTable, prop: exp.Expression) -> None:
+    """A ``WITH (...)`` property: ``'connectors' = '<JSON array>'`` is the only one."""
+    from sqlglot import exp
+
+    key = prop.this.this if isinstance(prop.this, exp.Literal) else prop.name
+    if str(key).lower() != "connectors":
+        table.errors.append(
+            (
+                (str(key),),
+                f"unknown table property {key!r}; the supported property is 'connectors'",
+            )
+        )
+        return
+    value = prop.args.get("value")
+    text = value.this if isinstance(value, exp.Literal) and value.is_string else None
+    if text is None:
+        table.errors.append(
+            (("connectors",), "expected 'connectors' = '<JSON array>' (a string literal)")
+        )
+        return
+    _parse_connectors(table, text)
+
+
+def _parse_connectors(table: SqlTable, text: str) -> None:
+    """The ``connectors`` JSON into ``table.connectors``; syntax errors and keys given
+    twice in one object into ``table.errors``."""
+    duplicates: list[str] = []
+    try:
+        table.connectors = json.loads(text, object_pairs_hook=unique_keys(duplicates))
+    except json.JSONDecodeError as e:
+        table.errors.append(
+            (
+                ("connectors",),
+                f"'connectors' is not legal JSON: {e.msg} at line {e.lineno}, column {e.colno} of the string",
+            )
+        )
+    for key in duplicates:
+        table.errors.append(
+            (
+                ("connectors",),
+                f"duplicate key {key!r} in a JSON object of 'connectors'; JSON keeps "
+                "only the last one and drops the first: merge them or rename one",
+            )
+        )
 
 
 def unique_keys(duplicates: list[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
