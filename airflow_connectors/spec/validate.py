@@ -145,10 +145,23 @@ class _Validator:
             )
             return None
         self.unknown_keys([], doc, PIPELINE_KEYS)
-        name = name or doc.get("pipeline")
+        name = self.pipeline_name(name or doc.get("pipeline"))
+        tables = self.tables(self.table_docs(doc))
+        self.errors.extend(start_after_errors(self.parsed))
+        if self.errors:
+            return None
+        return PipelineSpec(name=name, tables=tuple(tables), source=source)
+
+    def pipeline_name(self, name: Any) -> str:
+        """``name`` when it is a valid pipeline name; otherwise an error and a stand-in."""
         if not isinstance(name, str) or not is_valid_name(name):
             self.error(["pipeline"], f"expected a pipeline name of {NAME_RULE}, got {name!r}")
-            name = "invalid"
+            return "invalid"
+        return name
+
+    def table_docs(self, doc: Mapping[str, Any]) -> list[tuple[list[str | int], str, Any]]:
+        """(path, name, raw table document) of every table, from ``tables`` and then from
+        the CREATE TABLE statements of ``sql``."""
         raw_tables: list[tuple[list[str | int], str, Any]] = []
         tables_doc = doc.get("tables", {})
         if not isinstance(tables_doc, Mapping):
@@ -169,6 +182,11 @@ class _Validator:
                     raw_tables.append((["tables", sql_table["name"]], sql_table["name"], sql_table))
         if not raw_tables:
             self.error(["tables"], "the pipeline has no tables; add 'tables' or 'sql'")
+        return raw_tables
+
+    def tables(self, raw_tables: list[tuple[list[str | int], str, Any]]) -> list[TableSpec]:
+        """The tables that validate; a name defined twice is an error at its second
+        definition."""
         tables: list[TableSpec] = []
         seen: set[str] = set()
         for path, tname, tdoc in raw_tables:
@@ -179,10 +197,7 @@ class _Validator:
             table = self.table(path, tname, tdoc)
             if table is not None:
                 tables.append(table)
-        self.errors.extend(start_after_errors(self.parsed))
-        if self.errors:
-            return None
-        return PipelineSpec(name=name, tables=tuple(tables), source=source)
+        return tables
 
     def sql_tables(self, sql: str, path: list[str | int]) -> list[dict[str, Any]]:
         from airflow_connectors.spec.sql import parse_create_tables
