@@ -225,8 +225,6 @@ class UrlInputTransport(Transport):
 
         if item.end is not None and item.start >= item.end:
             return  # an empty body, or an empty rest
-        url = mask_url(item.key)
-        want = None if item.end is None else item.end - item.start
         whole = item.start == 0 and (item.end is None or item.end == item.size)
         headers = {"Accept-Encoding": "identity"}
         if not whole:
@@ -242,54 +240,45 @@ class UrlInputTransport(Transport):
                         item, f"the server has no byte {item.start} any more (HTTP 416)"
                     )
                 return  # nothing left past the offset
-            if not 200 <= resp.status_code < 300:
-                raise OSError(
-                    f"url_input: GET {url} answered HTTP {resp.status_code}; expected 2xx"
-                )
-            if _encoded(resp) and not (whole and item.end is None):
-                raise OSError(
-                    f"url_input: GET {url} answered a {resp.headers['content-encoding']}-encoded "
-                    "body although identity was asked for; byte ranges of it cannot be read. "
-                    "Serve the body without Content-Encoding"
-                )
+            self._check_answer(item, resp, whole)
             self._check_planned(item, resp)
             skip = 0
             if resp.status_code == 206:
-                first, total = _content_range(resp.headers.get("content-range", ""))
-                if first != item.start:
-                    raise OSError(
-                        f"url_input: GET {url} with Range {headers.get('Range', '(none)')} "
-                        f"answered Content-Range {resp.headers.get('content-range', '(none)')!r}, "
-                        f"which does not start at the requested offset {item.start}; nothing of "
-                        "it was used. The server's range support is broken: fix it or serve the "
-                        "body without range support"
-                    )
-                planned = item.meta.get("length")
-                if planned is not None and total is not None and total != planned:
-                    raise self._changed_since_planned(
-                        item, f"Content-Length was {planned}, Content-Range now says {total}"
-                    )
+                self._check_content_range(item, resp, headers)
             elif item.start:
                 skip = item.start  # 200: the server ignored Range; drop what was read
-            got = 0
-            for data in resp.iter_bytes(1 << 20):
-                chunk = data
-                if skip:
-                    cut = min(skip, len(chunk))
-                    chunk = chunk[cut:]
-                    skip -= cut
-                if want is not None:
-                    chunk = chunk[: want - got]
-                if chunk:
-                    got += len(chunk)
-                    yield chunk
-                if want is not None and got >= want:
-                    return  # the rest belongs to later ranges
-            if want is not None and got < want:
-                raise OSError(
-                    f"url_input: GET {url} ended after {got} of the {want} bytes from offset "
-                    f"{item.start}; expected the whole range"
-                )
+            yield from _range_of_body(item, resp, skip)
+
+    def _check_answer(self, item: WorkItem, resp: httpx.Response, whole: bool) -> None:
+        """The GET succeeded with a body whose bytes are the resource's bytes."""
+        url = mask_url(item.key)
+        if not 200 <= resp.status_code < 300:
+            raise OSError(f"url_input: GET {url} answered HTTP {resp.status_code}; expected 2xx")
+        if _encoded(resp) and not (whole and item.end is None):
+            raise OSError(
+                f"url_input: GET {url} answered a {resp.headers['content-encoding']}-encoded "
+                "body although identity was asked for; byte ranges of it cannot be read. "
+                "Serve the body without Content-Encoding"
+            )
+
+    def _check_content_range(
+        self, item: WorkItem, resp: httpx.Response, headers: dict[str, str]
+    ) -> None:
+        """A 206 answer starts at the requested offset, of a body of the planned length."""
+        first, total = _content_range(resp.headers.get("content-range", ""))
+        if first != item.start:
+            raise OSError(
+                f"url_input: GET {mask_url(item.key)} with Range {headers.get('Range', '(none)')} "
+                f"answered Content-Range {resp.headers.get('content-range', '(none)')!r}, "
+                f"which does not start at the requested offset {item.start}; nothing of "
+                "it was used. The server's range support is broken: fix it or serve the "
+                "body without range support"
+            )
+        planned = item.meta.get("length")
+        if planned is not None and total is not None and total != planned:
+            raise self._changed_since_planned(
+                item, f"Content-Length was {planned}, Content-Range now says {total}"
+            )
 
     def _check_planned(self, item: WorkItem, resp: httpx.Response) -> None:
         """The response is of the body this range was planned on."""
@@ -333,6 +322,31 @@ def _label(name: str) -> str:
 def _reason(e: Exception) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def _range_of_body(item: WorkItem, resp: httpx.Response, skip: int) -> Iterator[bytes]:
+    """``item``'s bytes of the streamed body: the first ``skip`` bytes dropped, and no
+    more than the range holds. Raises ``OSError`` when the body ends before the range."""
+    want = None if item.end is None else item.end - item.start
+    got = 0
+    for data in resp.iter_bytes(1 << 20):
+        chunk = data
+        if skip:
+            cut = min(skip, len(chunk))
+            chunk = chunk[cut:]
+            skip -= cut
+        if want is not None:
+            chunk = chunk[: want - got]
+        if chunk:
+            got += len(chunk)
+            yield chunk
+        if want is not None and got >= want:
+            return  # the rest belongs to later ranges
+    if want is not None and got < want:
+        raise OSError(
+            f"url_input: GET {mask_url(item.key)} ended after {got} of the {want} bytes from "
+            f"offset {item.start}; expected the whole range"
+        )
 
 
 def _content_range(value: str) -> tuple[int | None, int | None]:
