@@ -7,9 +7,13 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_connectors.settings import Settings
+
+if TYPE_CHECKING:
+    from airflow_connectors.engine.control import ConnectorControl
+    from airflow_connectors.state.store import StateStore
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -325,6 +329,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 def _pipeline(args: argparse.Namespace) -> int:
     from airflow_connectors.api_client import ApiFailed
+    from airflow_connectors.engine.control import State
     from airflow_connectors.state.store import StateStore
 
     try:
@@ -348,55 +353,45 @@ def _pipeline(args: argparse.Namespace) -> int:
         connectors = list(_local_status(store, refs).values())
     finally:
         store.close()
-    return _print_pipeline(args, "PAUSED" if paused else "RUNNING", connectors)
+    state = State.PAUSED if paused else State.RUNNING
+    return _print_pipeline(args, state, connectors)
 
 
 def _local_status(store: Any, refs: list[Any]) -> dict[Any, dict[str, Any]]:
-    """Feldera's status of each connector known to ``store``, its state derived as the
-    REST API derives it (engine.control), with the paused flags of the local Airflow's
-    DAGs when there is one."""
-    from airflow_connectors.engine import control
+    """Feldera's status of each connector known to ``store``, from the control service
+    the REST API uses (engine.control), over the local Airflow's DAG flags when there is
+    one."""
+    from airflow_connectors.engine.control import ConnectorControl, StoreSwitch
 
-    dags = _local_dags_paused(refs)
-    out = {}
-    for ref in refs:
-        st = store.status(ref)
-        if st is None:
-            continue
-        view = control.connector_view(
-            st, dag_paused=dags.get(ref), pipeline_paused=store.pipeline_paused(ref.pipeline)
-        )
-        out[ref] = control.feldera_status(ref, st, view)
-    return out
-
-
-def _local_dags_paused(refs: list[Any]) -> dict[Any, bool]:
-    """The paused flag of each connector's DAG in the Airflow of ``$AIRFLOW_HOME`` (when
-    there is one and it knows the DAG): under Airflow that flag is the connector's."""
-    from airflow_connectors.settings import airflow_home
-
-    if not refs or not (airflow_home() / "airflow.cfg").is_file():
-        return {}
+    control = _local_control(store)
+    if isinstance(control.switch, StoreSwitch):
+        return control.statuses(refs)
     try:
-        from airflow.models.dag import DagModel
-        from airflow.utils.session import create_session
-
-        ids = {f"{r.pipeline}.{r.table}.{r.connector}": r for r in refs}
-        with create_session() as session:
-            rows = (
-                session.query(DagModel.dag_id, DagModel.is_paused)
-                .filter(DagModel.dag_id.in_(list(ids)))
-                .all()
-            )
+        return control.statuses(refs)
     except Exception as e:  # no usable Airflow metadata DB: the state store alone
+        from airflow_connectors.settings import airflow_home
+
         logging.getLogger(__name__).warning(
             "could not read the DAGs' paused flags from the Airflow at %s (%s); "
             "showing the state store's flags",
             airflow_home(),
             type(e).__name__,
         )
-        return {}
-    return {ids[dag_id]: bool(paused) for dag_id, paused in rows}
+        return ConnectorControl(store).statuses(refs)
+
+
+def _local_control(store: StateStore) -> ConnectorControl:
+    """The connector control service for ``--local``: over the paused flags of the DAGs
+    in the Airflow of ``$AIRFLOW_HOME`` when there is one (under Airflow that flag is
+    the connector's), else over the state store's own flag."""
+    from airflow_connectors.engine.control import ConnectorControl
+    from airflow_connectors.settings import airflow_home
+
+    if not (airflow_home() / "airflow.cfg").is_file():
+        return ConnectorControl(store)
+    from airflow_connectors.airflow.dag_switch import AirflowDagSwitch
+
+    return ConnectorControl(store, AirflowDagSwitch())
 
 
 def _print_pipeline(args: argparse.Namespace, state: str, connectors: list[Any]) -> int:
@@ -464,24 +459,14 @@ def _connector_remote(client: Any, args: argparse.Namespace, name: str, entries:
 
 
 def _connector_local(args: argparse.Namespace, entries: Any) -> Any:
-    from airflow_connectors.engine import control
     from airflow_connectors.state.store import ConnectorRef, StateStore
 
     ref = ConnectorRef(args.pipeline, args.table, args.connector)
     settings = Settings.load(state_store_url=args.state_store_url, warehouse=args.warehouse)
     store = StateStore(settings.state_store_url)
     try:
-        if args.action == "start":
-            control.start(store, ref)  # refuses a stopped connector: resume it
-            return _local_dag_paused(ref, False)
-        elif args.action == "resume":
-            control.resume(store, ref)
-            return _local_dag_paused(ref, False)
-        elif args.action == "pause":
-            control.pause(store, ref)
-            return _local_dag_paused(ref, True)
-        elif args.action == "stop":
-            return {"released_batches": control.stop(store, ref), **_local_dag_paused(ref, True)}
+        if args.action in ("start", "resume", "pause", "stop"):
+            return _local_transition(store, ref, args.action)
         elif args.action == "restart":
             raise RuntimeError(
                 "restart reruns Airflow tasks; locally, run the connector again with "
@@ -500,26 +485,36 @@ def _connector_local(args: argparse.Namespace, entries: Any) -> Any:
         store.close()
 
 
-def _local_dag_paused(ref: Any, paused: bool) -> dict[str, Any]:
-    """Pause or unpause the connector's DAG in the local Airflow (``$AIRFLOW_HOME``), when
-    there is one: the DAG's flag is the connector's state under Airflow."""
-    import subprocess
-
+def _local_transition(store: Any, ref: Any, action: str) -> dict[str, Any]:
+    """Pause, resume, stop or start (which refuses a stopped connector: resume it)
+    through the control service; says what happened to the DAG in the local Airflow
+    (``$AIRFLOW_HOME``), when there is one."""
+    from airflow_connectors.engine.control import ConnectorStopped, StoreSwitch
     from airflow_connectors.settings import airflow_home
 
-    if not (airflow_home() / "airflow.cfg").is_file():
-        return {"airflow": f"no Airflow at {airflow_home()}; the embedded state store was updated"}
+    control = _local_control(store)
     dag_id = f"{ref.pipeline}.{ref.table}.{ref.connector}"
-    proc = subprocess.run(
-        [sys.executable, "-m", "airflow", "dags", "pause" if paused else "unpause", dag_id, "-y"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
-        return {"airflow": f"DAG {dag_id} not changed in the Airflow at {airflow_home()}: {last}"}
-    return {"airflow": f"DAG {dag_id} {'paused' if paused else 'unpaused'}"}
+    doc: dict[str, Any] = {}
+    try:
+        released = getattr(control, action)(ref)
+    except ConnectorStopped:
+        raise
+    except Exception as e:
+        if isinstance(control.switch, StoreSwitch):
+            raise
+        # The service changed the store before the switch: only the DAG's flag (no DAG
+        # parsed yet, no usable metadata database) was left as it was.
+        last = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        note = f"DAG {dag_id} not changed in the Airflow at {airflow_home()}: {last}"
+        released = None
+    else:
+        if isinstance(control.switch, StoreSwitch):
+            note = f"no Airflow at {airflow_home()}; the embedded state store was updated"
+        else:
+            note = f"DAG {dag_id} {'unpaused' if action in ('start', 'resume') else 'paused'}"
+    if action == "stop":
+        doc["released_batches"] = released
+    return {**doc, "airflow": note}
 
 
 if __name__ == "__main__":
