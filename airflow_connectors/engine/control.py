@@ -344,28 +344,3 @@ class ConnectorControl:
             raise ConnectorStopped(stopped_message(ref))
         self.store.set_connector_paused(ref, False)
         self.switch.set_paused(ref, False)
-
-
-# Until every surface calls ConnectorControl: the former functions, on the store's flag.
-def halted(store: StateStore, ref: ConnectorRef, *, spec_paused: bool = False) -> str | None:
-    return ConnectorControl(store).halted(ref, spec_paused=spec_paused)
-
-
-def gate_blocker(store: StateStore, ref: ConnectorRef) -> str | None:
-    return ConnectorControl(store).gate_blocker(ref)
-
-
-def stop(store: StateStore, ref: ConnectorRef) -> list[int]:
-    return ConnectorControl(store).stop(ref)
-
-
-def resume(store: StateStore, ref: ConnectorRef) -> None:
-    ConnectorControl(store).resume(ref)
-
-
-def pause(store: StateStore, ref: ConnectorRef) -> None:
-    ConnectorControl(store).pause(ref)
-
-
-def start(store: StateStore, ref: ConnectorRef) -> None:
-    ConnectorControl(store).start(ref)
