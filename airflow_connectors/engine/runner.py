@@ -147,15 +147,7 @@ class EmbeddedRunner:
         :class:`RunFailed` names the failed ones, or with ``raise_on_failure=False`` the
         report lists them (``report.failed``)."""
         report = RunReport(self.pipeline.name)
-        targets = start_order(
-            [
-                (t, c)
-                for t, c in self.pipeline.connectors()
-                if only is None or f"{t.name}.{c.name}" == only
-            ],
-        )
-        if only is not None and not targets:
-            self.pipeline.find(only)  # raises KeyError naming the tables/connectors
+        targets = self._targets(only)
         for t, c in targets:
             self.store.ensure_connector(
                 ConnectorRef(self.pipeline.name, t.name, c.name), paused=c.paused
@@ -171,34 +163,58 @@ class EmbeddedRunner:
         rounds = 0
         while max_rounds is None or rounds < max_rounds:
             rounds += 1
-            progress = False
-            for table, spec in targets:
-                rep = report.connectors[f"{table.name}.{spec.name}"]
-                if rep.status == "failed":
-                    continue  # fails alone, once per run; the next run retries it
-                ref = ConnectorRef(self.pipeline.name, table.name, spec.name)
-                halted = self.control.halted(ref, spec_paused=spec.paused)
-                if halted:
-                    rep.status = halted  # paused, or stopped until resumed
-                    continue
-                blocking = waiting_for(self.store, self.pipeline, spec)
-                if blocking:
-                    if rep.status != "waiting":
-                        log.info(
-                            "%s waits for %s to finish (start_after %s)",
-                            ref,
-                            ", ".join(blocking),
-                            list(spec.start_after or ()),
-                        )
-                    rep.status = "waiting"
-                    continue
-                progress |= self._run_connector(ref, self.context(table, spec), rep)
-            if not progress:
+            if not self._round(targets, report):
                 break
         report.spark_started = self._spark is not None
         if raise_on_failure and report.failed:
             raise RunFailed(report)
         return report
+
+    def _targets(self, only: str | None) -> list[tuple[TableSpec, ConnectorSpec]]:
+        """The connectors to run (all, or the one ``only`` names) in start order."""
+        targets = start_order(
+            [
+                (t, c)
+                for t, c in self.pipeline.connectors()
+                if only is None or f"{t.name}.{c.name}" == only
+            ],
+        )
+        if only is not None and not targets:
+            self.pipeline.find(only)  # raises KeyError naming the tables/connectors
+        return targets
+
+    def _round(self, targets: list[tuple[TableSpec, ConnectorSpec]], report: RunReport) -> bool:
+        """One round: each target that may run now runs once. Returns whether any batch
+        committed."""
+        progress = False
+        for table, spec in targets:
+            rep = report.connectors[f"{table.name}.{spec.name}"]
+            if rep.status == "failed":
+                continue  # fails alone, once per run; the next run retries it
+            ref = ConnectorRef(self.pipeline.name, table.name, spec.name)
+            if self._may_run(ref, spec, rep):
+                progress |= self._run_connector(ref, self.context(table, spec), rep)
+        return progress
+
+    def _may_run(self, ref: ConnectorRef, spec: ConnectorSpec, rep: ConnectorReport) -> bool:
+        """Whether the connector is neither halted nor waiting for its ``start_after``;
+        when it is, ``rep.status`` says which."""
+        halted = self.control.halted(ref, spec_paused=spec.paused)
+        if halted:
+            rep.status = halted  # paused, or stopped until resumed
+            return False
+        blocking = waiting_for(self.store, self.pipeline, spec)
+        if blocking:
+            if rep.status != "waiting":
+                log.info(
+                    "%s waits for %s to finish (start_after %s)",
+                    ref,
+                    ", ".join(blocking),
+                    list(spec.start_after or ()),
+                )
+            rep.status = "waiting"
+            return False
+        return True
 
     def _run_connector(self, ref: ConnectorRef, ctx: BatchContext, rep: ConnectorReport) -> bool:
         """One round of one connector: discover, run its batches, finalize. Returns
