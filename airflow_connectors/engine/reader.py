@@ -25,13 +25,20 @@ import logging
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.formats.base import RecordError, conform, target_schema
 from airflow_connectors.sinks.base import PartWriter, SinkUnwritable
 from airflow_connectors.state.store import BatchPlan, ErrorRecord, ItemReceipt
 from airflow_connectors.transports import WorkItem
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from airflow_connectors.formats import Format
+    from airflow_connectors.sinks import Sink
+    from airflow_connectors.transports import Transport
 
 log = logging.getLogger(__name__)
 MAX_REPORTED_ERRORS = 100
@@ -188,55 +195,134 @@ def _names(text: str, key: str) -> bool:
 def _ingest_item(
     ctx: BatchContext, part: int, item: WorkItem, writers: list[PartWriter]
 ) -> ItemOutcome:
-    import pyarrow as pa
-
     transport = ctx.transport()
     fmt = ctx.format()
-    sink = ctx.sink()
+    ingest = _ItemIngest(ctx, part, item, transport, ctx.sink(), writers)
     schema = target_schema(ctx.table)
+    rows = ingest.writer("rows")
+    if fmt is None:  # integrated transport: record batches in the table schema
+        nbytes = ingest.convert(rows, schema)
+        offset = item.end if item.end is not None else item.start + ingest.good
+    else:
+        nbytes = ingest.decode(rows, fmt)
+        offset = item.start + nbytes
+    written = rows.close()
+    if ingest.dead is not None:
+        ingest.dead.close()
+    assert written == ingest.good, f"wrote {written} rows, decoded {ingest.good}"
+    return ItemOutcome(_receipt(item, offset, ingest.good, ingest.bad, nbytes), ingest.reported)
 
-    def sink_failed(e: BaseException) -> ItemFailed:
-        if isinstance(e, ItemFailed):
-            return e
-        text = (
-            str(e)
-            if isinstance(e, SinkUnwritable)
-            else f"cannot write table {ctx.table.name}: {type(e).__name__}: {cause(e)}"
-        )
-        return _failure(ctx, item, "sink", e, text)
 
-    def writer(kind: Literal["rows", "errors"]) -> PartWriter:
+class _ItemIngest:
+    """One work item being ingested: its part writers, its counts of rows and bad
+    records, the errors to report, and the classification of its failures."""
+
+    def __init__(
+        self,
+        ctx: BatchContext,
+        part: int,
+        item: WorkItem,
+        transport: Transport,
+        sink: Sink,
+        writers: list[PartWriter],
+    ) -> None:
+        self.ctx = ctx
+        self.part = part
+        self.item = item
+        self.sink = sink
+        self.writers = writers
+        self.counted = _Counter(lambda: transport.read(item))
+        self.dead: PartWriter | None = None
+        self.good = 0
+        self.bad = 0
+        self.reported: list[ErrorRecord] = []
+
+    def writer(self, kind: Literal["rows", "errors"]) -> PartWriter:
+        """A part writer of the batch attempt, kept in ``writers`` to abort if needed."""
+        ctx = self.ctx
         try:
-            w = _SinkPart(sink.writer(ctx.batch_id, ctx.attempt, part, kind), sink_failed)
+            w = _SinkPart(
+                self.sink.writer(ctx.batch_id, ctx.attempt, self.part, kind), self.sink_failed
+            )
         except Exception as e:
-            raise sink_failed(e) from e
-        writers.append(w)
+            raise self.sink_failed(e) from e
+        self.writers.append(w)
         return w
 
-    rows = writer("rows")
-    dead = None
-    good = bad = 0
-    reported: list[ErrorRecord] = []
-    tolerate = ctx.connector.errors.tolerance == "all"
+    def convert(self, rows: PartWriter, schema: pa.Schema) -> int:
+        """Writes the integrated transport's record batches; returns their size in bytes."""
+        import pyarrow as pa
 
-    def reject(errors: list[RecordError]) -> None:
-        nonlocal bad, dead
+        nbytes = 0
+        try:
+            for rb in self.counted:
+                assert isinstance(rb, pa.RecordBatch)
+                table = conform(pa.Table.from_batches([rb]), self.ctx.table, schema)
+                rows.write(table)
+                self.good += table.num_rows
+                nbytes += table.nbytes
+        except Exception as e:
+            raise self.read_failed(e, f"cannot convert the records of {self.item.key}") from e
+        return nbytes
+
+    def decode(self, rows: PartWriter, fmt: Format) -> int:
+        """Writes the records ``fmt`` decodes from the transport's bytes and handles the
+        bad ones; returns how many bytes were consumed."""
+        item = self.item
+        consumed = 0
+        try:
+            for decoded in fmt.decode(
+                iter(_bytes_only(self.counted)),
+                final=item.final,
+                first_record=item.records_done + 1,
+                at_start=item.start == 0,
+            ):
+                rows.write(decoded.table)
+                self.good += decoded.table.num_rows
+                self.reject(decoded.errors)
+                consumed = max(consumed, decoded.consumed)
+        except Exception as e:
+            raise self.read_failed(e, f"cannot decode {item.key} as {fmt.name}") from e
+        return consumed
+
+    def reject(self, errors: list[RecordError]) -> None:
+        """Bad records: the item fails under ``errors.tolerance: none``; under ``all``
+        they go to the dead-letter table and the first ones are reported."""
         if not errors:
             return
-        if not tolerate:
-            e = errors[0]
-            message = (
-                f"connector {ctx.ref}: record {e.record}{_at_line(e)} of {item.key}: {e.error}; "
-                f"raw text: {e.raw[:300]!r}. The batch was not committed. Fix the source, or set "
-                f"errors.tolerance: all to send bad records to {ctx.table.name}__errors"
-            )
-            raise ItemFailed(ItemFailure("parse", item.key, message))
+        if self.ctx.connector.errors.tolerance != "all":
+            raise self._refused(errors[0])
+        self.bad += len(errors)
+        self._write_dead_letters(errors)
+        for e in errors:
+            if len(self.reported) < MAX_REPORTED_ERRORS:
+                self.reported.append(
+                    ErrorRecord(
+                        "parse",
+                        f"record {e.record}{_at_line(e)} of {self.item.key}: {e.error}",
+                        self.item.key,
+                        e.record,
+                    )
+                )
+
+    def _refused(self, e: RecordError) -> ItemFailed:
+        ctx, item = self.ctx, self.item
+        message = (
+            f"connector {ctx.ref}: record {e.record}{_at_line(e)} of {item.key}: {e.error}; "
+            f"raw text: {e.raw[:300]!r}. The batch was not committed. Fix the source, or set "
+            f"errors.tolerance: all to send bad records to {ctx.table.name}__errors"
+        )
+        return ItemFailed(ItemFailure("parse", item.key, message))
+
+    def _write_dead_letters(self, errors: list[RecordError]) -> None:
+        import pyarrow as pa
+
         from airflow_connectors.sinks.parquet import errors_schema
 
-        bad += len(errors)
-        if dead is None:
-            dead = writer("errors")
-        dead.write(
+        ctx, item = self.ctx, self.item
+        if self.dead is None:
+            self.dead = self.writer("errors")
+        self.dead.write(
             pa.table(
                 {
                     "connector": [ctx.connector.name] * len(errors),
@@ -250,24 +336,24 @@ def _ingest_item(
                 schema=errors_schema(),
             )
         )
-        for e in errors:
-            if len(reported) < MAX_REPORTED_ERRORS:
-                reported.append(
-                    ErrorRecord(
-                        "parse",
-                        f"record {e.record}{_at_line(e)} of {item.key}: {e.error}",
-                        item.key,
-                        e.record,
-                    )
-                )
 
-    counted = _Counter(lambda: transport.read(item))
+    def sink_failed(self, e: BaseException) -> ItemFailed:
+        """Classify an error raised while writing the table."""
+        if isinstance(e, ItemFailed):
+            return e
+        text = (
+            str(e)
+            if isinstance(e, SinkUnwritable)
+            else f"cannot write table {self.ctx.table.name}: {type(e).__name__}: {cause(e)}"
+        )
+        return _failure(self.ctx, self.item, "sink", e, text)
 
-    def failed(e: Exception, what: str) -> ItemFailed:
+    def read_failed(self, e: Exception, what: str) -> ItemFailed:
         """Classify an error raised while reading and decoding the item."""
         if isinstance(e, ItemFailed):
             return e
-        err = counted.error
+        ctx, item = self.ctx, self.item
+        err = self.counted.error
         if err is not None:  # raised by the transport
             text = (
                 cause(err)
@@ -281,48 +367,15 @@ def _ingest_item(
             )
         return _failure(ctx, item, "object", e, f"{what}: {cause(e)}")
 
-    if fmt is None:  # integrated transport: record batches in the table schema
-        nbytes = 0
-        try:
-            for rb in counted:
-                assert isinstance(rb, pa.RecordBatch)
-                table = conform(pa.Table.from_batches([rb]), ctx.table, schema)
-                rows.write(table)
-                good += table.num_rows
-                nbytes += table.nbytes
-        except Exception as e:
-            raise failed(e, f"cannot convert the records of {item.key}") from e
-        offset = item.end if item.end is not None else item.start + good
-        completed = item.final
-    else:
-        consumed = 0
-        try:
-            for decoded in fmt.decode(
-                iter(_bytes_only(counted)),
-                final=item.final,
-                first_record=item.records_done + 1,
-                at_start=item.start == 0,
-            ):
-                rows.write(decoded.table)
-                good += decoded.table.num_rows
-                reject(decoded.errors)
-                consumed = max(consumed, decoded.consumed)
-        except Exception as e:
-            raise failed(e, f"cannot decode {item.key} as {fmt.name}") from e
-        nbytes = consumed
-        offset = item.start + consumed
-        completed = item.final
-    written = rows.close()
-    if dead is not None:
-        dead.close()
-    assert written == good, f"wrote {written} rows, decoded {good}"
-    receipt = ItemReceipt(
+
+def _receipt(item: WorkItem, offset: int, good: int, bad: int, nbytes: int) -> ItemReceipt:
+    return ItemReceipt(
         key=item.key,
         offset=offset,
         records=good,
         bad=bad,
         bytes=nbytes,
-        completed=completed,
+        completed=item.final,
         records_done=item.records_done,
         # What the item was planned with (e.g. an HTTP body's ETag and length) stays with
         # the offset, so the next discovery can tell a changed source from more of it.
@@ -332,7 +385,6 @@ def _ingest_item(
         }
         or None,
     )
-    return ItemOutcome(receipt, reported)
 
 
 def _at_line(e: RecordError) -> str:
