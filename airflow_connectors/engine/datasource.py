@@ -102,6 +102,14 @@ def _user_context(transport: str, options: dict[str, str], schema: StructType) -
     cls = TRANSPORTS.get(transport)
     fmt_name = options.pop("format", None)
     tolerance = options.pop("errors.tolerance", "none")
+    if tolerance != "none":
+        # A plain read has no dead-letter table: tolerated bad records would vanish.
+        raise ValueError(
+            f"spark.read.format({transport!r}): option errors.tolerance={tolerance!r} is not "
+            "supported: a plain read has no dead-letter table, so bad records would be lost "
+            "without a trace; it fails on the first bad record, naming it. Ingest through a "
+            "connector with errors.tolerance: all to keep bad records in <table>__errors"
+        )
     fmt_options = {
         k.removeprefix("format."): _value(v) for k, v in options.items() if k.startswith("format.")
     }

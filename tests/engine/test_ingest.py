@@ -432,6 +432,17 @@ def test_transports_as_spark_data_sources(spark: Any, tmp_path: Path) -> None:
         .load()
     )
     assert sorted(r.id for r in gen.collect()) == list(range(25))
+    # A plain read has no dead-letter table: tolerating bad records would lose them.
+    with pytest.raises(Exception, match="no dead-letter table"):
+        (
+            spark.read.format("file_input")
+            .schema("id BIGINT, name STRING")
+            .option("path", str(tmp_path / "*.json"))
+            .option("format", "json")
+            .option("errors.tolerance", "all")
+            .load()
+            .count()
+        )
 
 
 def test_invalid_utf8_and_null_records_are_dead_letters_never_stored(
