@@ -329,7 +329,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 def _pipeline(args: argparse.Namespace) -> int:
     from airflow_connectors.api_client import ApiFailed
-    from airflow_connectors.engine.control import State
+    from airflow_connectors.engine.control import ConnectorControl, State
     from airflow_connectors.state.store import StateStore
 
     try:
@@ -347,7 +347,7 @@ def _pipeline(args: argparse.Namespace) -> int:
     store = StateStore(settings.state_store_url)
     try:
         if args.action != "status":
-            store.set_pipeline_paused(args.pipeline, args.action == "pause")
+            ConnectorControl(store).set_pipeline_paused(args.pipeline, args.action == "pause")
         paused = store.pipeline_paused(args.pipeline)
         refs = sorted(store.known_connectors(args.pipeline), key=lambda r: (r.table, r.connector))
         connectors = list(_local_status(store, refs).values())

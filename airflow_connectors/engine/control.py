@@ -44,6 +44,7 @@ __all__ = [
     "ConnectorView",
     "DagNotFound",
     "DagSwitch",
+    "RestartPlan",
     "State",
     "StoreSwitch",
     "connector_view",
@@ -80,6 +81,19 @@ class ConnectorView:
     finished: bool
     #: Why it failed (state FAILED only).
     trace: str | None = None
+
+
+@dataclass(frozen=True)
+class RestartPlan:
+    """What Kafka Connect's restart of a connector does, as :meth:`ConnectorControl.restart`
+    decided it; the caller carries it out (under Airflow: trigger a run, clear tasks)."""
+
+    #: Start a new run of the connector.
+    run: bool
+    #: Tasks (batches) of the latest run to run again.
+    tasks: tuple[int, ...]
+    #: The connector now shows RESTARTING (and the restarted tasks do).
+    restarting: bool
 
 
 def connector_view(
@@ -344,3 +358,39 @@ class ConnectorControl:
             raise ConnectorStopped(stopped_message(ref))
         self.store.set_connector_paused(ref, False)
         self.switch.set_paused(ref, False)
+
+    def restart(
+        self,
+        ref: ConnectorRef,
+        *,
+        include_tasks: bool,
+        only_failed: bool,
+        tasks: Sequence[int] = (),
+        failed_tasks: Sequence[int] = (),
+        failed_task_trace: str | None = None,
+    ) -> RestartPlan:
+        """Kafka Connect's restart (KIP-745). A stopped connector is refused
+        (:class:`ConnectorStopped`). Without ``include_tasks``: a new run, or with
+        ``only_failed`` a new run only of a FAILED connector, which then shows
+        RESTARTING. With ``include_tasks``: the latest run's ``tasks`` (with
+        ``only_failed``, its ``failed_tasks``) run again, and the connector shows
+        RESTARTING when any do or it had failed."""
+        state = self.view(ref, failed_task_trace=failed_task_trace).state
+        if state == State.STOPPED:
+            raise ConnectorStopped(stopped_message(ref))
+        if not include_tasks:
+            if only_failed and state != State.FAILED:
+                return RestartPlan(run=False, tasks=(), restarting=False)
+            if only_failed:
+                self.store.set_restarting(ref)
+            return RestartPlan(run=True, tasks=(), restarting=only_failed)
+        chosen = tuple(failed_tasks if only_failed else tasks)
+        restarting = bool(chosen) or state == State.FAILED
+        if restarting:
+            self.store.set_restarting(ref)
+        return RestartPlan(run=False, tasks=chosen, restarting=restarting)
+
+    def set_pipeline_paused(self, pipeline: str, paused: bool) -> None:
+        """Pause or resume a whole pipeline (Feldera's pipeline pause): its connectors'
+        gates skip and event triggers hold, while their own flags are kept."""
+        self.store.set_pipeline_paused(pipeline, paused)

@@ -284,3 +284,41 @@ def test_two_job_processes_of_one_batch_started_at_once(store_url: str, tmp_path
     ids = read_table(str(tmp_path / "wh"), "p", "t").column("id").to_pylist()
     assert sorted(ids) == list(range(rows))
     assert [p for p in (tmp_path / "wh").rglob("*") if p.is_file() and "_staging" in p.parts] == []
+
+
+def test_restart_and_pipeline_pause_are_decided_by_the_service(sqlite_url: str) -> None:
+    """Kafka Connect's restart as the service decides it (the REST API carries the plan
+    out in Airflow), and the pipeline flag set through the service."""
+    store = StateStore(sqlite_url)
+    svc = control.ConnectorControl(store)
+    store.ensure_connector(REF)
+    store._update_connector(REF, state="RUNNING")
+
+    plain = svc.restart(REF, include_tasks=False, only_failed=False)
+    assert plain == control.RestartPlan(run=True, tasks=(), restarting=False)
+    # onlyFailed on a connector that has not failed: nothing restarts.
+    assert svc.restart(REF, include_tasks=False, only_failed=True) == control.RestartPlan(
+        run=False, tasks=(), restarting=False
+    )
+    assert svc.view(REF).state == control.State.RUNNING
+    # includeTasks&onlyFailed with a failed task: that task runs again, RESTARTING.
+    failed = svc.restart(
+        REF,
+        include_tasks=True,
+        only_failed=True,
+        tasks=[0, 1, 2],
+        failed_tasks=[1],
+        failed_task_trace="boom",
+    )
+    assert failed == control.RestartPlan(run=False, tasks=(1,), restarting=True)
+    assert svc.view(REF).state == control.State.RESTARTING
+
+    svc.stop(REF)
+    with pytest.raises(control.ConnectorStopped, match="only after resume"):
+        svc.restart(REF, include_tasks=False, only_failed=False)
+
+    svc.set_pipeline_paused("p", True)
+    assert store.pipeline_paused("p") and svc.gate_blocker(REF) is not None
+    svc.set_pipeline_paused("p", False)
+    assert not store.pipeline_paused("p")
+    store.close()

@@ -95,7 +95,7 @@ def pipeline_stats(pipeline: str) -> dict[str, Any]:
 
 def _set_pipeline_paused(pipeline: str, paused: bool) -> Response:
     _pipeline_refs(pipeline)
-    catalog.state_store().set_pipeline_paused(pipeline, paused)
+    catalog.control().set_pipeline_paused(pipeline, paused)
     return Response(status_code=202)
 
 

@@ -18,7 +18,7 @@ from airflow_connectors import __version__
 from airflow_connectors.airflow.api.connect import catalog, plugin_config
 from airflow_connectors.airflow.api.connect.errors import ApiError, error_responses
 from airflow_connectors.airflow.api.connect.plugin_config import PluginType
-from airflow_connectors.engine.control import State, stopped_message
+from airflow_connectors.engine.control import ConnectorStopped, State
 from airflow_connectors.spec.redact import mask_url
 
 router = APIRouter()
@@ -282,26 +282,26 @@ def restart(name: str, includeTasks: bool = False, onlyFailed: bool = False) -> 
     ingest tasks (with ``onlyFailed``, the failed ones) run again. Those answer 202 with
     the status, what restarts RESTARTING. A stopped connector: 409."""
     ref = catalog.ref_by_name(name)
-    store = catalog.state_store()
-    state = catalog.connector_status(ref)["connector"]["state"]
-    if state == State.STOPPED:
-        raise ApiError(409, stopped_message(ref))
-    if not includeTasks:
-        if onlyFailed and state != State.FAILED:
-            return JSONResponse(catalog.connector_status(ref), 202)
+    tasks = catalog.task_list(ref)
+    try:
+        plan = catalog.control().restart(
+            ref,
+            include_tasks=includeTasks,
+            only_failed=onlyFailed,
+            tasks=[t["id"] for t in tasks],
+            failed_tasks=[t["id"] for t in tasks if t["state"] == State.FAILED],
+            failed_task_trace=catalog.failed_task_trace(tasks),
+        )
+    except ConnectorStopped as e:
+        raise ApiError(409, str(e)) from e
+    if plan.run:
         catalog.trigger_run(ref)
-        if not onlyFailed:
-            return Response(status_code=204)
-        store.set_restarting(ref)
-        return JSONResponse(catalog.connector_status(ref), 202)
-    tasks = [t for t in catalog.task_list(ref) if not onlyFailed or t["state"] == State.FAILED]
-    catalog.clear_tasks(ref, [t["id"] for t in tasks])
-    if tasks or state == State.FAILED:
-        store.set_restarting(ref)
+    if plan.run and not plan.restarting:
+        return Response(status_code=204)
+    catalog.clear_tasks(ref, list(plan.tasks))
     status = catalog.connector_status(ref)
-    restarted = {t["id"] for t in tasks}
     for t in status["tasks"]:
-        if t["id"] in restarted:
+        if t["id"] in plan.tasks:
             t["state"] = State.RESTARTING
     return JSONResponse(status, 202)
 
