@@ -27,7 +27,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from airflow_connectors.catalog import resolve_connector
 from airflow_connectors.engine.context import BatchContext
+from airflow_connectors.spec.errors import SpecValidationError
 from airflow_connectors.spec.models import (
     ColumnSpec,
     ConnectorSpec,
@@ -58,13 +60,13 @@ class _UserReader(DataSourceReader):
 
     def read(self, partition: _ItemPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         from airflow_connectors.engine.reader import RecordRejected
-        from airflow_connectors.formats.base import conform, target_schema
+        from airflow_connectors.formats.base import conform
 
         item = WorkItem.from_json(partition.item)
         fmt = self.ctx.format()
         chunks = self.ctx.transport().read(item)
         if fmt is None:
-            schema = target_schema(self.ctx.table)
+            schema = self.ctx.table.arrow_schema()
             for rb in chunks:
                 yield from conform(pa.Table.from_batches([rb]), self.ctx.table, schema).to_batches()
             return
@@ -99,7 +101,6 @@ class TransportDataSource(DataSource):
 
 
 def _user_context(transport: str, options: dict[str, str], schema: StructType) -> BatchContext:
-    cls = TRANSPORTS.get(transport)
     fmt_name = options.pop("format", None)
     tolerance = options.pop("errors.tolerance", "none")
     if tolerance != "none":
@@ -119,14 +120,19 @@ def _user_context(transport: str, options: dict[str, str], schema: StructType) -
         else {k: _value(v) for k, v in options.items() if not k.startswith("format.")}
     )
     table = TableSpec(name="spark", columns=tuple(_column(f) for f in schema.fields))
-    connector = ConnectorSpec(
+    written = ConnectorSpec(
         name="spark",
-        transport=TransportSpec(
-            name=transport, config=cls.Config.model_validate(config).model_dump(mode="json")
-        ),
+        transport=TransportSpec(name=transport, config=config),
         format=FormatSpec(name=fmt_name, config=fmt_options) if fmt_name else None,
-        errors={"tolerance": tolerance},  # type: ignore[arg-type]
     )
+    try:
+        # The one check of a connector's plugin configs, as for connectors in a spec.
+        connector = resolve_connector(written, table)
+    except SpecValidationError as e:
+        raise ValueError(
+            f"spark.read.format({transport!r}): bad options: "
+            + "; ".join(str(err) for err in e.errors)
+        ) from None
     return BatchContext(pipeline="spark", table=table, connector=connector, warehouse="")
 
 

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_connectors.engine.context import BatchContext
-from airflow_connectors.formats.base import RecordError, conform, target_schema
+from airflow_connectors.formats.base import RecordError, conform
 from airflow_connectors.sinks.base import PartWriter, SinkUnwritable
 from airflow_connectors.state.store import BatchPlan, ErrorRecord, ItemReceipt
 from airflow_connectors.transports import WorkItem
@@ -198,7 +198,7 @@ def _ingest_item(
     transport = ctx.transport()
     fmt = ctx.format()
     ingest = _ItemIngest(ctx, part, item, transport, ctx.sink(), writers)
-    schema = target_schema(ctx.table)
+    schema = ctx.table.arrow_schema()
     rows = ingest.writer("rows")
     if fmt is None:  # integrated transport: record batches in the table schema
         nbytes = ingest.convert(rows, schema)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from airflow_connectors.formats._conform import RowError, conform
-from airflow_connectors.transports.base import StrictConfig
+from airflow_connectors.spec.config import StrictConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,7 +40,6 @@ __all__ = [
     "clip",
     "conform",
     "isolate",
-    "target_schema",
     "text_start",
 ]
 
@@ -109,11 +108,6 @@ class Format(ABC):
 
 
 # --- helpers shared by formats ---------------------------------------------------------
-
-
-def target_schema(table: TableSpec) -> pa.Schema:
-    """The table's Arrow schema; :meth:`TableSpec.arrow_schema` owns it."""
-    return table.arrow_schema()
 
 
 def clip(raw: bytes | str) -> str:

@@ -51,10 +51,9 @@ from airflow_connectors.formats.base import (
     clip,
     conform,
     isolate,
-    target_schema,
     text_start,
 )
-from airflow_connectors.transports.base import StrictConfig
+from airflow_connectors.spec.config import StrictConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -323,7 +322,7 @@ class CsvFormat(Format):
 
     def __init__(self, config: StrictConfig, table: object) -> None:
         super().__init__(config, table)  # type: ignore[arg-type]
-        self.schema = target_schema(self.table)
+        self.schema = self.table.arrow_schema()
         self.syntax = _Syntax(self.config.delimiter, self.config.quote, len(self.table.columns))
         self.block_bytes = DEFAULT_BLOCK_BYTES
 

@@ -37,10 +37,9 @@ from airflow_connectors.formats.base import (
     clip,
     conform,
     isolate,
-    target_schema,
     text_start,
 )
-from airflow_connectors.transports.base import StrictConfig
+from airflow_connectors.spec.config import StrictConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -92,7 +91,7 @@ class JsonFormat(Format):
         super().__init__(config, table)  # type: ignore[arg-type]
         import pyarrow as pa
 
-        self.schema = target_schema(self.table)
+        self.schema = self.table.arrow_schema()
         self.fields = {
             c.name: pa.field(c.name, pa.string())
             if c.type.kind in _TEXT_PARSED

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 
-from airflow_connectors.formats.base import Decoded, Format, clip, conform, isolate, target_schema
-from airflow_connectors.transports.base import StrictConfig
+from airflow_connectors.formats.base import Decoded, Format, clip, conform, isolate
+from airflow_connectors.spec.config import StrictConfig
 
 
 class ParquetConfig(StrictConfig):
@@ -34,7 +34,7 @@ class ParquetFormat(Format):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        schema = target_schema(self.table)
+        schema = self.table.arrow_schema()
         data = b"".join(chunks)
         pf = pq.ParquetFile(pa.BufferReader(data))
         columns = [c for c in self.table.column_names if c in pf.schema_arrow.names]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from airflow_connectors.transports.base import StrictConfig
+from airflow_connectors.spec.config import StrictConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from airflow_connectors import failpoints
 from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkUnwritable
-from airflow_connectors.transports.base import StrictConfig
+from airflow_connectors.spec.config import StrictConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa

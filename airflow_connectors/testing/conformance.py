@@ -94,7 +94,6 @@ from airflow_connectors.catalog import parse_pipeline, validate_pipeline
 from airflow_connectors.engine import discovery
 from airflow_connectors.engine.batch import run_batch
 from airflow_connectors.engine.reader import ItemFailed, ingest_item
-from airflow_connectors.formats.base import target_schema
 from airflow_connectors.state.store import ConnectorState, StateStore
 from airflow_connectors.testing import jobs
 from airflow_connectors.transports import TRANSPORTS, Cursor, KeyOffset, Limits, Transport, WorkItem
@@ -282,11 +281,11 @@ class Connector:
             except ItemFailed as e:
                 pytest.fail(f"reading {item} failed: {e.failure.message}\n{e.failure.trace}")
         sink.publish(ctx.batch_id, ctx.attempt)
-        return _read_parts(sink.location(), target_schema(self.ctx.table))
+        return _read_parts(sink.location(), self.ctx.table.arrow_schema())
 
     def expected(self) -> pa.Table:
         """The source's records as the table holds them."""
-        schema = target_schema(self.ctx.table)
+        schema = self.ctx.table.arrow_schema()
         records = self.source.records
         if isinstance(records, pa.Table):
             return records.select(schema.names).cast(schema)
@@ -318,7 +317,7 @@ class Connector:
 
     def table(self) -> pa.Table:
         """The rows the table holds now (published batches)."""
-        return _read_parts(self.ctx.sink().location(), target_schema(self.ctx.table))
+        return _read_parts(self.ctx.sink().location(), self.ctx.table.arrow_schema())
 
     def status(self) -> ConnectorState:
         """The connector's state in the store; fails the test when there is none."""

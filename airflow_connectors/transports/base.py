@@ -89,7 +89,7 @@ class Limits:
     appendable: bool = False
 
 
-__all__ = ["Cursor", "KeyOffset", "Limits", "StrictConfig", "Transport", "WorkItem"]
+__all__ = ["Cursor", "KeyOffset", "Limits", "Transport", "WorkItem"]
 
 
 class Transport(ABC):

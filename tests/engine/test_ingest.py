@@ -432,6 +432,9 @@ def test_transports_as_spark_data_sources(spark: Any, tmp_path: Path) -> None:
         .load()
     )
     assert sorted(r.id for r in gen.collect()) == list(range(25))
+    # Read options are checked as a connector's configs are: field paths, did-you-mean.
+    with pytest.raises(Exception, match=r"transport\.config\.pathh: unknown field 'pathh'"):
+        spark.read.format("file_input").schema("id BIGINT").option("pathh", "/x").load().count()
     # A plain read has no dead-letter table: tolerating bad records would lose them.
     with pytest.raises(Exception, match="no dead-letter table"):
         (

@@ -12,7 +12,6 @@ import pyarrow.compute as pc
 import pytest
 from pydantic import ValidationError
 
-from airflow_connectors.formats.base import target_schema
 from airflow_connectors.spec.models import ColumnSpec, TableSpec
 from airflow_connectors.spec.types import SqlType
 from airflow_connectors.transports.base import Cursor, KeyOffset, Limits, WorkItem
@@ -62,7 +61,7 @@ def discover(t: DatagenTransport, cursor: Cursor | None = None, **limits: Any) -
 
 def read(t: DatagenTransport, items: list[WorkItem]) -> pa.Table:
     batches = [b for item in items for b in t.read(item)]
-    return pa.Table.from_batches(batches, schema=target_schema(t.table))
+    return pa.Table.from_batches(batches, schema=t.table.arrow_schema())
 
 
 def generate(config: dict[str, Any], tbl: TableSpec) -> pa.Table:
