@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from airflow_connectors.airflow.api.connect.errors import ApiError
 from airflow_connectors.airflow.api.connect.plugin_config import masked_connector
-from airflow_connectors.airflow.dag_switch import AirflowDagSwitch
+from airflow_connectors.airflow.dag_switch import AirflowDagSwitch, dag_id_of
 from airflow_connectors.engine.control import (
     ConnectorControl,
     ConnectorStopped,
@@ -36,8 +36,8 @@ def state_store() -> StateStore:
 
 
 def connector_name(ref: ConnectorRef) -> str:
-    """The connector's name in the API: ``<pipeline>.<table>.<connector>`` (its DAG id)."""
-    return f"{ref.pipeline}.{ref.table}.{ref.connector}"
+    """The connector's name in the API: its DAG id, ``<pipeline>.<table>.<connector>``."""
+    return dag_id_of(ref)
 
 
 def known_connectors(pipeline: str | None = None) -> list[ConnectorRef]:
@@ -126,7 +126,7 @@ def spec_of(ref: ConnectorRef) -> dict[str, Any]:
 
     from airflow.models.serialized_dag import SerializedDagModel
 
-    dag = SerializedDagModel.get_dag(_dag_id_of(ref))
+    dag = SerializedDagModel.get_dag(dag_id_of(ref))
     task = dag.get_task("discover") if dag is not None and dag.has_task("discover") else None
     text = getattr(task, "spec_json", None)
     if not isinstance(text, str):
@@ -148,11 +148,6 @@ def connector_info(ref: ConnectorRef) -> dict[str, Any]:
         "tasks": tasks,
         "type": "source",
     }
-
-
-def _dag_id_of(ref: ConnectorRef) -> str:
-    """The connector's DAG id (its API name)."""
-    return connector_name(ref)
 
 
 def control() -> ConnectorControl:
@@ -218,7 +213,7 @@ def latest_ingest_tis(ref: ConnectorRef) -> list[Any]:
     with create_session() as session:
         run = (
             session.query(DagRun)
-            .filter(DagRun.dag_id == _dag_id_of(ref))
+            .filter(DagRun.dag_id == dag_id_of(ref))
             .order_by(DagRun.run_after.desc(), DagRun.id.desc())
             .first()
         )
@@ -285,7 +280,7 @@ def clear_tasks(ref: ConnectorRef, tasks: list[int]) -> None:
     with create_session() as session:
         tis = (
             session.query(TaskInstance)
-            .filter(TaskInstance.dag_id == _dag_id_of(ref), TaskInstance.run_id == run_id)
+            .filter(TaskInstance.dag_id == dag_id_of(ref), TaskInstance.run_id == run_id)
             .all()
         )
         chosen = [
@@ -305,7 +300,7 @@ def trigger_run(ref: ConnectorRef) -> None:
     from airflow.utils.types import DagRunTriggeredByType
 
     trigger_dag(
-        dag_id=_dag_id_of(ref),
+        dag_id=dag_id_of(ref),
         run_id=None,
         logical_date=None,
         triggered_by=DagRunTriggeredByType.REST_API,
