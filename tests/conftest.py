@@ -166,3 +166,19 @@ def http_server() -> Iterator[Any]:
 @pytest.fixture
 def warehouse(tmp_path: Path) -> str:
     return str(tmp_path / "warehouse")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """moto's S3 server on 127.0.0.1 for the whole session (see
+    :mod:`airflow_connectors.testing.s3server`); tests create buckets of their own."""
+    from airflow_connectors.testing.s3server import S3Server
+
+    with S3Server(log=tmp_path_factory.mktemp("s3") / "moto.log") as server:
+        yield server
+
+
+@pytest.fixture
+def s3_bucket(s3_server: Any) -> str:
+    """A fresh, empty bucket on the session's S3 server."""
+    return s3_server.create_bucket(f"t-{uuid.uuid4().hex[:12]}")
