@@ -64,13 +64,37 @@ class KeyOffset:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
 
+#: ``WorkItem.meta`` key of an object's modification time (epoch seconds, on the
+#: source's clock). A transport that sets it opts in to the watermark: once the key is
+#: completed, below the watermark and older than ``Cursor.late_after``, its offsets row
+#: collapses into the watermark (the state store drops it).
+MTIME = "mtime"
+
+
 @dataclass(frozen=True)
 class Cursor:
-    """Committed offsets per key, plus the keys that are planned but not committed."""
+    """Committed offsets per key, plus the keys that are planned but not committed.
+
+    Watermark (Aiven's design, made complete): every key ``<= watermark`` is committed.
+    Offsets rows of such keys are dropped once they are completed and their ``mtime``
+    is older than ``late_after``, so state stays O(keys in flight), not O(keys ever
+    seen). A transport lists from after ``watermark`` (S3 ``StartAfter``), and every
+    ``relist_every`` discoveries lists everything: a key ``<= watermark`` that has no
+    offsets row is new ("late") work when ``late_after`` is None or its ``mtime >=
+    late_after``; otherwise it is a collapsed, committed key.
+    """
 
     offsets: Mapping[str, KeyOffset] = field(default_factory=dict)
     in_flight: frozenset[str] = frozenset()
     first_discovered_at: float | None = None
+    #: The greatest key such that it and every key below it are committed; None: none.
+    watermark: str | None = None
+    #: Objects modified before this time (the source's clock, epoch seconds) and below
+    #: the watermark are committed even without an offsets row; None: nothing collapsed.
+    late_after: float | None = None
+    #: Discoveries since the last complete re-list (a transport re-lists when this
+    #: reaches its ``relist_every - 1``).
+    since_relist: int = 0
 
     def get(self, key: str) -> KeyOffset | None:
         """The committed offset of ``key``; ``None`` when nothing of it was committed."""
@@ -89,7 +113,7 @@ class Limits:
     appendable: bool = False
 
 
-__all__ = ["Cursor", "KeyOffset", "Limits", "Transport", "WorkItem"]
+__all__ = ["MTIME", "Cursor", "KeyOffset", "Limits", "Transport", "WorkItem"]
 
 
 class Transport(ABC):
@@ -107,6 +131,12 @@ class Transport(ABC):
         #: ``(message, source key)``: the framework logs them and counts them as
         #: transport errors in the connector's stats.
         self.notices: list[tuple[str, str | None]] = []
+        #: Set by ``discover`` when it listed every key of the source, below the
+        #: watermark too (a re-list): the time that listing started, on the source's
+        #: clock, minus any safety margin. Once every item that discovery yielded is
+        #: planned, the framework makes it the cursor's ``late_after`` and restarts the
+        #: ``since_relist`` count; otherwise the count goes up by one.
+        self.relisted_at: float | None = None
 
     @classmethod
     def resolve_config(cls, raw: dict[str, object], base_dir: Path | None) -> dict[str, object]:
