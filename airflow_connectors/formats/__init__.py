@@ -10,6 +10,8 @@ FORMATS = Registry(
         "json": "airflow_connectors.formats.json_format:JsonFormat",
         "csv": "airflow_connectors.formats.csv_format:CsvFormat",
         "parquet": "airflow_connectors.formats.parquet_format:ParquetFormat",
+        "avro": "airflow_connectors.formats.avro_format:AvroFormat",
+        "raw": "airflow_connectors.formats.raw_format:RawFormat",
     },
 )
 

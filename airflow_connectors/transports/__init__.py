@@ -10,6 +10,7 @@ TRANSPORTS = Registry(
         "datagen": "airflow_connectors.transports.datagen:DatagenTransport",
         "file_input": "airflow_connectors.transports.file_input:FileInputTransport",
         "url_input": "airflow_connectors.transports.url_input:UrlInputTransport",
+        "s3_input": "airflow_connectors.transports.s3_input:S3InputTransport",
     },
 )
 
