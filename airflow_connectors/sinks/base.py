@@ -6,6 +6,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from pydantic import Field
+
 from airflow_connectors.spec.config import StrictConfig
 
 if TYPE_CHECKING:
@@ -15,6 +17,18 @@ if TYPE_CHECKING:
 
 Kind = Literal["rows", "errors"]
 KINDS: tuple[Kind, ...] = ("rows", "errors")
+
+
+class SinkConfig(StrictConfig):
+    """Settings every sink has; a sink's ``Config`` subclasses it."""
+
+    target_file_size: int = Field(
+        default=128 << 20,
+        gt=0,
+        description="Bytes a table file (part) should reach before the next one is "
+        "started: a batch of many small inputs yields few files of about this size, "
+        "not one file per input. Default 128 MiB.",
+    )
 
 
 class SinkUnwritable(RuntimeError):

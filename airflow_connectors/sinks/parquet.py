@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from airflow_connectors import failpoints
-from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkUnwritable
-from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkConfig, SinkUnwritable
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 
-class ParquetSinkConfig(StrictConfig):
+class ParquetSinkConfig(SinkConfig):
     """Where the table's Parquet files go and how they are compressed."""
 
     path: str | None = Field(
