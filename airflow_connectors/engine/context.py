@@ -41,8 +41,10 @@ class BatchContext:
         return format_of(self.connector, self.table)
 
     def sink(self) -> Sink:
-        """The table's sink under this batch's warehouse."""
-        return table_sink(self.pipeline, self.table, self.warehouse)
+        """The table's sink under this batch's warehouse, told the batch's connector."""
+        sink = table_sink(self.pipeline, self.table, self.warehouse)
+        sink.connector = self.connector.name
+        return sink
 
     def to_plan(self) -> BatchPlan:
         """The batch as the plan the state store keeps (the table without its connectors)."""

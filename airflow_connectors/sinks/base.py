@@ -62,6 +62,10 @@ class Sink(ABC):
 
     name: ClassVar[str]
     Config: ClassVar[type[StrictConfig]]
+    #: The connector whose batch this sink writes: set by the engine on a batch's sink
+    #: (None on a sink built only to read the table). Sinks that record batches in the
+    #: table itself (Delta's app transactions) key them by it.
+    connector: str | None = None
 
     def __init__(
         self, config: StrictConfig, *, pipeline: str, table: TableSpec, warehouse: str
