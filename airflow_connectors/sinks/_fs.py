@@ -1,0 +1,216 @@
+"""Where a sink's files live: a local folder or an ``s3://bucket/prefix`` URL, both
+through one :class:`pyarrow.fs.FileSystem` (what the executors write with).
+
+    fs, path = filesystem("s3://lake/wh/p/events")   # S3FileSystem, "lake/wh/p/events"
+    fs, path = filesystem("/data/wh/p/events")        # LocalFileSystem, the same path
+    location = join("s3://lake/wh", "p", "events")     # URL-aware os.path.join
+
+S3 settings come from the standard AWS environment, read here explicitly because
+pyarrow's S3 filesystem reads only the credentials by itself:
+
+- ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (``http://127.0.0.1:9000`` for MinIO or
+  a test server: its scheme becomes pyarrow's ``scheme``); unset: AWS itself.
+- ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``; unset: the AWS
+  SDK's chain (``~/.aws``, instance roles).
+- ``AWS_REGION``, else ``AWS_DEFAULT_REGION``.
+
+Spark's Python workers inherit the driver's environment in local mode; ``spark-submit``
+jobs get it from the task's environment (never on a command line), and executors of a
+cluster through ``spark.executorEnv`` (see :func:`aws_environment`).
+
+Object stores have no renames and no folders: write each object under its final name
+(an S3 upload becomes visible whole, when it completes), publish by server-side copy
+(:meth:`~pyarrow.fs.FileSystem.copy_file`), and remove staging with :func:`remove_tree`.
+pyarrow leaves an empty "folder" marker object (a key ending in ``/``) above whatever
+it deletes; readers (pyarrow.dataset, Spark, DuckDB) ignore them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from pyarrow import fs as pafs
+
+#: URL schemes served by the S3 filesystem (``s3a`` is Hadoop's name for the same).
+S3_SCHEMES = ("s3", "s3a")
+#: Environment variables the S3 filesystem is configured from; what executors need.
+AWS_VARIABLES = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ALLOW_HTTP",
+    "AWS_PROFILE",
+)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def scheme(location: str) -> str:
+    """The URL scheme of ``location`` (lower case), ``""`` for a local path."""
+    m = _SCHEME.match(location)
+    return m.group(1).lower() if m else ""
+
+
+def is_object_store(location: str) -> bool:
+    """Whether ``location`` is on an object store (``s3://``): no renames, no folders."""
+    return scheme(location) in S3_SCHEMES
+
+
+def join(base: str, *parts: str) -> str:
+    """``os.path.join`` for local paths, ``/``-joined for URLs."""
+    if not scheme(base):
+        return os.path.join(base, *parts)
+    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def bucket_of(location: str) -> str:
+    """The bucket of an ``s3://bucket/prefix`` URL (``""`` for a local path)."""
+    return urlsplit(location).netloc if is_object_store(location) else ""
+
+
+def endpoint() -> str | None:
+    """The S3 endpoint the environment names (``AWS_ENDPOINT_URL_S3``, then
+    ``AWS_ENDPOINT_URL``), or None for AWS itself."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem of a local path, ``file://`` or ``s3://bucket/prefix`` URL and the
+    path inside it (``bucket/prefix`` on S3, an absolute path locally). Raises
+    ValueError (one line) for other schemes."""
+    from pyarrow import fs as pafs
+
+    kind = scheme(location)
+    if not kind:
+        return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(location))
+    if kind == "file":
+        return pafs.LocalFileSystem(), urlsplit(location).path
+    if kind in S3_SCHEMES:
+        url = urlsplit(location)
+        if not url.netloc:
+            raise ValueError(f"{location}: an S3 URL needs a bucket: s3://bucket/prefix")
+        path = f"{url.netloc}/{url.path.strip('/')}".rstrip("/")
+        return _s3(*_s3_settings()), path
+    raise ValueError(
+        f"{location}: unsupported URL scheme {kind!r}; use a local folder or s3://bucket/prefix"
+    )
+
+
+def _s3_settings() -> tuple[str | None, str | None, str | None, str | None, str | None]:
+    env = os.environ.get
+    return (
+        endpoint(),
+        env("AWS_REGION") or env("AWS_DEFAULT_REGION"),
+        env("AWS_ACCESS_KEY_ID"),
+        env("AWS_SECRET_ACCESS_KEY"),
+        env("AWS_SESSION_TOKEN"),
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _s3(
+    endpoint_url: str | None,
+    region: str | None,
+    access_key: str | None,
+    secret_key: str | None,
+    session_token: str | None,
+) -> pafs.S3FileSystem:
+    """One S3 filesystem per distinct setting (a part writer per work item reuses it)."""
+    from pyarrow import fs as pafs
+
+    kwargs: dict[str, object] = {}
+    if endpoint_url:
+        url = urlsplit(endpoint_url if "://" in endpoint_url else f"https://{endpoint_url}")
+        kwargs["endpoint_override"] = url.netloc
+        kwargs["scheme"] = url.scheme or "https"
+    if region:
+        kwargs["region"] = region
+    if access_key and secret_key:
+        kwargs.update(access_key=access_key, secret_key=secret_key)
+        if session_token:
+            kwargs["session_token"] = session_token
+    return pafs.S3FileSystem(**kwargs)
+
+
+def aws_environment() -> dict[str, str]:
+    """The ``AWS_*`` variables of this process that configure S3 (:data:`AWS_VARIABLES`):
+    what Spark executors outside this machine need (``spark.executorEnv.*``, which Spark
+    redacts where the name holds ``secret``/``token``/``key``). Never for a command line."""
+    return {k: os.environ[k] for k in AWS_VARIABLES if os.environ.get(k)}
+
+
+def remove_tree(fs: pafs.FileSystem, path: str) -> None:
+    """Remove folder (or prefix) ``path`` with everything under it; nothing when absent."""
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_dir(path)
+
+
+def is_s3(fs: pafs.FileSystem) -> bool:
+    """Whether ``fs`` is an S3 filesystem (an object store)."""
+    return bool(fs.type_name == "s3")
+
+
+def files(fs: pafs.FileSystem, path: str, suffix: str = "") -> list[str]:
+    """Paths of the files (objects) directly under folder ``path`` whose name ends with
+    ``suffix``, sorted; empty when the folder does not exist."""
+    from pyarrow import fs as pafs
+
+    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(suffix))
+
+
+#: pyarrow's S3 errors (``AWS Error <CODE> during ...``) and what the user should do.
+_S3_ERRORS = (
+    (("NO_SUCH_BUCKET", "not found. To create buckets"), "bucket {bucket} does not exist",
+     "create the bucket or point the warehouse at an existing one"),
+    (("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH",
+      "EXPIRED_TOKEN", "Forbidden", "403"),
+     "access to bucket {bucket} was denied",
+     "check the credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or role) "
+     "and that they may write this bucket"),
+    (("NETWORK_CONNECTION", "Could not resolve", "Couldn't connect", "Connection refused"),
+     "the S3 endpoint {endpoint} cannot be reached",
+     "check AWS_ENDPOINT_URL, AWS_REGION and the network"),
+)  # fmt: skip
+
+
+def describe_error(location: str, error: BaseException) -> str:
+    """One line for an error writing ``location``: what is wrong and what to do. For S3:
+    a missing bucket, denied access or an unreachable endpoint named as such (the URL's
+    credentials, if any, masked); never a secret."""
+    from airflow_connectors.spec.redact import mask_text, mask_url
+
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    secrets = [v for k, v in _s3_secret_values().items() if v]
+    where = mask_url(location)
+    if is_object_store(location):
+        for needles, what, todo in _S3_ERRORS:
+            if any(n in text for n in needles):
+                what = what.format(bucket=bucket_of(location), endpoint=_endpoint_name())
+                return f"cannot write {where}: {what}; {todo}"
+    if isinstance(error, OSError) and error.strerror:
+        text = error.strerror + (f": {error.filename}" if error.filename else "")
+    return f"cannot write {where}: {mask_text(text, secrets)}"
+
+
+def _endpoint_name() -> str:
+    from airflow_connectors.spec.redact import mask_url
+
+    url = endpoint()
+    return mask_url(url) if url else "of AWS"
+
+
+def _s3_secret_values() -> dict[str, str | None]:
+    return {
+        "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY"),
+        "AWS_SESSION_TOKEN": os.environ.get("AWS_SESSION_TOKEN"),
+    }
