@@ -56,7 +56,9 @@ class BatchResult:
 def publish_committed(store: StateStore, ctx: BatchContext, batch_id: int, attempt: str) -> None:
     """Make a committed attempt's sink output visible, then record it published. Safe
     to call again after a crash between the two: the sink's publish is idempotent."""
-    ctx.sink().publish(batch_id, attempt)
+    sink = ctx.sink()
+    sink.state_store_url = store.url
+    sink.publish(batch_id, attempt)
     store.mark_published(batch_id)
 
 
@@ -73,6 +75,7 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
 
     ctx.attempt = f"{store.start_attempt(batch_id)}-{uuid.uuid4().hex[:8]}"
     sink = ctx.sink()
+    sink.state_store_url = store.url
     try:
         sink.prepare(batch_id, ctx.attempt)  # an unwritable warehouse fails here, no Spark
     except SinkUnwritable as exc:

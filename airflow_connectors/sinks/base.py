@@ -66,6 +66,10 @@ class Sink(ABC):
     #: (None on a sink built only to read the table). Sinks that record batches in the
     #: table itself (Delta's app transactions) key them by it.
     connector: str | None = None
+    #: The state store's database URL, set by the engine on the driver (prepare, publish;
+    #: None inside Spark executors). Sinks that keep a catalog in that database (the
+    #: Iceberg SQL catalog) use it. Holds a password: never log or show it.
+    state_store_url: str | None = None
 
     def __init__(
         self, config: StrictConfig, *, pipeline: str, table: TableSpec, warehouse: str
