@@ -20,6 +20,7 @@ from airflow_connectors.spec.errors import SpecError
 from airflow_connectors.spec.models import ConnectorSpec, PipelineSpec, TableSpec
 from airflow_connectors.spec.plugins import Plugins
 from airflow_connectors.transports import TRANSPORTS, Transport
+from airflow_connectors.transports.retry import RetryPolicy
 
 #: The installed plugins.
 PLUGINS = Plugins(transports=TRANSPORTS, formats=FORMATS, sinks=SINKS)
@@ -64,6 +65,7 @@ def transport_of(connector: ConnectorSpec, table: TableSpec) -> Transport:
     """The transport of a resolved connector."""
     cls = TRANSPORTS.get(connector.transport.name)
     transport: Transport = cls(cls.Config.model_validate(connector.transport.config), table)
+    transport.retry = RetryPolicy.from_errors(connector.errors)
     return transport
 
 

@@ -113,7 +113,21 @@ def _fields_at(cls: type[BaseModel], loc: list[Any]) -> list[str]:
             return []
         current = model.model_fields[part].annotation
     model = _model_in(current)
-    return [f for f in model.model_fields if not f.startswith("_")] if model else []
+    if model is None:
+        return []
+    return [_spelled(f, info) for f, info in model.model_fields.items() if not f.startswith("_")]
+
+
+def _spelled(name: str, info: Any) -> str:
+    """How users write a field: its (first) validation alias, such as Kafka Connect's
+    dotted ``retry.timeout``, else its name."""
+    alias = info.validation_alias
+    if isinstance(alias, str):
+        return alias
+    choices = getattr(alias, "choices", None)
+    if choices and isinstance(choices[0], str):
+        return str(choices[0])
+    return name
 
 
 def _model_in(tp: Any) -> type[BaseModel] | None:

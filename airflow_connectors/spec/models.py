@@ -2,7 +2,8 @@
 
 The JSON shape of a connector is Feldera's (``name``, ``paused``, ``labels``,
 ``start_after``, ``transport``, ``format``, ``max_batch_size``) plus ours (``tasks_max``,
-``trigger``, ``errors``).
+``trigger``, ``errors``, and Spark's file-packing settings ``max_partition_bytes`` and
+``open_cost_bytes``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import datetime
 import re
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 
 from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.types import SqlType
@@ -78,10 +79,37 @@ class FormatSpec(StrictConfig):
 
 
 class ErrorsSpec(StrictConfig):
-    """Kafka Connect's ``errors.tolerance``: ``none`` fails the batch on the first bad
-    record; ``all`` sends bad records to the table's dead-letter table."""
+    """Kafka Connect's ``errors.*`` settings. ``tolerance``: ``none`` fails the batch on
+    the first bad record; ``all`` sends bad records to the table's dead-letter table.
+    ``retry.timeout`` and ``retry.delay.max.ms``: how transient transport errors
+    (throttling, 5xx answers, connection resets, timeouts) are retried with capped
+    exponential backoff before the batch fails. Written with Kafka Connect's dotted
+    names (``retry.timeout``) or as ``retry_timeout``/``retry_delay_max_ms``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     tolerance: Literal["none", "all"] = "none"
+    retry_timeout: int = Field(
+        default=60_000,
+        ge=-1,
+        validation_alias=AliasChoices("retry.timeout", "retry_timeout"),
+        serialization_alias="retry.timeout",
+        description="Milliseconds one read or listing call may spend retrying transient "
+        "errors (Kafka Connect's errors.retry.timeout); 0: never retry, -1: retry forever. "
+        "The default is one minute, not Kafka Connect's 0: a batch ingest that fails on the "
+        "first throttled request (S3 SlowDown) or connection reset re-reads its whole batch "
+        "on the next run, while a minute covers throttling bursts and server restarts and "
+        "still fails a batch whose source is really down.",
+    )
+    retry_delay_max_ms: int = Field(
+        default=10_000,
+        ge=0,
+        validation_alias=AliasChoices("retry.delay.max.ms", "retry_delay_max_ms"),
+        serialization_alias="retry.delay.max.ms",
+        description="The longest wait between two retries, in milliseconds (Kafka "
+        "Connect's errors.retry.delay.max.ms); the waits double from 100 ms up to it, "
+        "each drawn at random below its cap (full jitter).",
+    )
 
 
 #: Airflow's cron presets (``airflow.utils.dates.cron_presets``).
@@ -143,6 +171,11 @@ class TriggerSpec(StrictConfig):
 DEFAULT_POLL_INTERVAL = 30.0
 
 
+#: Spark's ``spark.sql.files.maxPartitionBytes`` and ``openCostInBytes`` defaults.
+DEFAULT_MAX_PARTITION_BYTES = 128 << 20
+DEFAULT_OPEN_COST_BYTES = 4 << 20
+
+
 class ConnectorSpec(StrictConfig):
     """One input connector of a table."""
 
@@ -156,6 +189,22 @@ class ConnectorSpec(StrictConfig):
     tasks_max: int = Field(default=1, ge=1, le=1000)
     trigger: TriggerSpec | None = None
     errors: ErrorsSpec = ErrorsSpec()
+    max_partition_bytes: int = Field(
+        default=DEFAULT_MAX_PARTITION_BYTES,
+        gt=0,
+        description="Input bytes one Spark task of a batch reads at most (Spark's "
+        "spark.sql.files.maxPartitionBytes): the batch's work items are packed in key "
+        "order into tasks of up to this many bytes, each item weighing its size plus "
+        "open_cost_bytes, so many small files share a task and a table file. Default "
+        "128 MiB.",
+    )
+    open_cost_bytes: int = Field(
+        default=DEFAULT_OPEN_COST_BYTES,
+        ge=0,
+        description="What opening one work item is estimated to cost, in bytes (Spark's "
+        "spark.sql.files.openCostInBytes), added to each item's size when packing items "
+        "into tasks. Default 4 MiB.",
+    )
 
     _split_labels = field_validator("labels", "start_after", mode="before")(_labels)
 

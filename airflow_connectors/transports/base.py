@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 # Re-exported: formats and sinks still import the base config from here.
 from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.transports.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -137,6 +138,8 @@ class Transport(ABC):
         #: planned, the framework makes it the cursor's ``late_after`` and restarts the
         #: ``since_relist`` count; otherwise the count goes up by one.
         self.relisted_at: float | None = None
+        #: How transient errors of one call are retried (the connector's ``errors.retry.*``).
+        self.retry = RetryPolicy()
 
     @classmethod
     def resolve_config(cls, raw: dict[str, object], base_dir: Path | None) -> dict[str, object]:

@@ -1,0 +1,287 @@
+"""Retries of transient transport errors (transports.retry): what is transient, backoff
+under a time budget, counting, and streams resumed at the byte already delivered."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import math
+import threading
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from botocore.exceptions import (
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    IncompleteReadError,
+    NoCredentialsError,
+    ReadTimeoutError,
+    ResponseStreamingError,
+    SSLError,
+)
+
+from airflow_connectors.spec.models import ErrorsSpec
+from airflow_connectors.transports.retry import (
+    TOTAL,
+    RetryPolicy,
+    RetryStats,
+    TransientError,
+    counting,
+    is_transient,
+    retrying,
+    retrying_stream,
+)
+
+FAST = RetryPolicy(timeout_s=30.0, max_delay_s=0.01, base_delay_s=0.001)
+
+
+def client_error(code: str, status: int) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        "GetObject",
+    )
+
+
+def http_status_error(status: int) -> httpx.HTTPStatusError:
+    request = httpx.Request("GET", "http://127.0.0.1/x")
+    return httpx.HTTPStatusError(
+        "answer", request=request, response=httpx.Response(status, request=request)
+    )
+
+
+TRANSIENT = [
+    client_error("SlowDown", 503),
+    client_error("RequestTimeout", 400),
+    client_error("InternalError", 500),
+    client_error("ServiceUnavailable", 503),
+    client_error("Whatever", 502),
+    client_error("TooManyRequests", 429),
+    EndpointConnectionError(endpoint_url="http://127.0.0.1:1"),
+    ConnectTimeoutError(endpoint_url="http://127.0.0.1:1"),
+    ReadTimeoutError(endpoint_url="http://127.0.0.1:1"),
+    IncompleteReadError(actual_bytes=1, expected_bytes=2),
+    ResponseStreamingError(error="reset"),
+    httpx.ConnectError("refused"),
+    httpx.ReadTimeout("slow"),
+    httpx.RemoteProtocolError("peer closed connection without sending complete message body"),
+    http_status_error(503),
+    http_status_error(429),
+    ConnectionResetError(errno.ECONNRESET, "reset"),
+    BrokenPipeError(errno.EPIPE, "pipe"),
+    TimeoutError("timed out"),
+    OSError(errno.EIO, "Input/output error"),
+    OSError(errno.ESTALE, "Stale file handle"),
+    OSError(errno.ETIMEDOUT, "timed out"),
+    TransientError("short body"),
+]
+PERMANENT = [
+    client_error("AccessDenied", 403),
+    client_error("NoSuchKey", 404),
+    client_error("404", 404),
+    client_error("InvalidAccessKeyId", 403),
+    client_error("SignatureDoesNotMatch", 403),
+    client_error("InvalidRange", 416),
+    client_error("NotImplemented", 501),
+    client_error("BadRequest", 400),
+    NoCredentialsError(),
+    SSLError(endpoint_url="https://127.0.0.1:1", error="certificate verify failed"),
+    http_status_error(403),
+    http_status_error(404),
+    httpx.UnsupportedProtocol("ftp://"),
+    FileNotFoundError(errno.ENOENT, "No such file"),
+    PermissionError(errno.EACCES, "denied"),
+    OSError(errno.ENOSPC, "No space left"),
+    ValueError("bad json"),
+    KeyError("x"),
+]
+
+
+@pytest.mark.parametrize("exc", TRANSIENT, ids=lambda e: f"{type(e).__name__}-{e}"[:60])
+def test_transient(exc: BaseException) -> None:
+    assert is_transient(exc)
+
+
+@pytest.mark.parametrize("exc", PERMANENT, ids=lambda e: f"{type(e).__name__}-{e}"[:60])
+def test_permanent(exc: BaseException) -> None:
+    assert not is_transient(exc)
+
+
+def test_policy_from_errors_spec() -> None:
+    default = RetryPolicy.from_errors(ErrorsSpec())
+    assert default.timeout_s == 60.0
+    assert default.max_delay_s == 10.0
+    spec = ErrorsSpec.model_validate({"retry.timeout": 5000, "retry.delay.max.ms": 250})
+    assert RetryPolicy.from_errors(spec) == RetryPolicy(5.0, 0.25, 0.1)
+    assert RetryPolicy.from_errors(ErrorsSpec.model_validate({"retry.timeout": -1})).timeout_s == (
+        math.inf
+    )
+    assert RetryPolicy.from_errors(ErrorsSpec.model_validate({"retry.timeout": 0})).timeout_s == 0
+
+
+def test_delay_is_capped_and_jittered() -> None:
+    p = RetryPolicy(timeout_s=60, max_delay_s=2.0, base_delay_s=0.1)
+    for attempt in range(1, 80):
+        cap = min(2.0, 0.1 * 2 ** (attempt - 1))
+        assert all(0 <= p.delay(attempt) <= cap for _ in range(20))
+    assert len({p.delay(10) for _ in range(20)}) > 1  # jitter
+
+
+class Flaky:
+    """A call that fails with the given errors, then answers."""
+
+    def __init__(self, *errors: BaseException) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "ok"
+
+
+def test_retrying_retries_transient_errors_and_counts_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fn = Flaky(client_error("SlowDown", 503), ConnectionResetError("reset"), TimeoutError())
+    seen: list[tuple[str, int]] = []
+    before = TOTAL.count
+    with caplog.at_level(logging.WARNING), counting() as stats:
+        out = retrying(
+            FAST, "s3://b/key.json", fn, on_retry=lambda e, n, d: seen.append((type(e).__name__, n))
+        )
+    assert out == "ok"
+    assert fn.calls == 4
+    assert seen == [("ClientError", 1), ("ConnectionResetError", 2), ("TimeoutError", 3)]
+    assert stats.count == 3
+    assert TOTAL.count - before >= 3
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(lines) == 3
+    assert "s3://b/key.json: transient error, retry 1 in" in lines[0]
+    assert "SlowDown" in lines[0]
+
+
+def test_permanent_error_is_raised_at_once() -> None:
+    fn = Flaky(client_error("AccessDenied", 403))
+    with counting() as stats, pytest.raises(ClientError, match="AccessDenied"):
+        retrying(FAST, "k", fn)
+    assert fn.calls == 1
+    assert stats.count == 0
+
+
+def test_no_retry_when_timeout_is_zero() -> None:
+    fn = Flaky(ConnectionResetError("reset"))
+    with pytest.raises(ConnectionResetError):
+        retrying(RetryPolicy.from_ms(0, 1000), "k", fn)
+    assert fn.calls == 1
+
+
+def test_gives_up_with_the_last_error_once_the_budget_is_spent() -> None:
+    calls = 0
+
+    def always() -> None:
+        nonlocal calls
+        calls += 1
+        raise ConnectionResetError(f"reset {calls}")
+
+    policy = RetryPolicy(timeout_s=0.2, max_delay_s=0.02, base_delay_s=0.005)
+    with pytest.raises(ConnectionResetError) as info:
+        retrying(policy, "k", always)
+    assert calls > 1
+    assert str(info.value) == f"reset {calls}"
+
+
+def test_secrets_in_errors_are_masked_in_log_lines(caplog: pytest.LogCaptureFixture) -> None:
+    fn = Flaky(ConnectionResetError("GET http://user:hunter2secret@127.0.0.1/x reset"))
+    with caplog.at_level(logging.WARNING):
+        retrying(FAST, "http://127.0.0.1/x", fn)
+    assert "hunter2secret" not in caplog.text
+    assert "reset" in caplog.text
+
+
+def test_counting_is_per_thread_and_explicit_stats_cross_threads() -> None:
+    with counting() as mine:
+        shared = RetryStats()
+
+        def worker() -> None:
+            retrying(FAST, "k", Flaky(TimeoutError()))  # no stats in this thread
+            retrying(FAST, "k", Flaky(TimeoutError()), stats=shared)
+
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+        assert mine.count == 0
+        assert shared.count == 1
+        retrying(FAST, "k", Flaky(TimeoutError()))
+        assert mine.count == 1
+
+
+DATA = bytes(range(256)) * 40  # 10,240 bytes
+
+
+class Source:
+    """Bytes served from an offset in chunks of 100, failing once at each of ``fail_at``
+    (bytes delivered before the failure) with ``error``; records every open."""
+
+    def __init__(self, fail_at: list[int], error: type[BaseException] = ConnectionResetError):
+        self.fail_at = sorted(fail_at)
+        self.error = error
+        self.opens: list[int] = []
+        self.closed = 0
+
+    def open_at(self, offset: int) -> Iterator[bytes]:
+        self.opens.append(offset)
+        if self.fail_at and self.fail_at[0] == -1:
+            self.fail_at.pop(0)
+            raise self.error("refused before answering")
+        try:
+            pos = offset
+            while pos < len(DATA):
+                if self.fail_at and pos >= self.fail_at[0]:
+                    self.fail_at.pop(0)
+                    raise self.error(f"reset at {pos}")
+                end = min(pos + 100, len(DATA))
+                if self.fail_at:
+                    end = min(end, max(self.fail_at[0], pos + 1))
+                yield DATA[pos:end]
+                pos = end
+        finally:
+            self.closed += 1
+
+
+def test_stream_resumes_at_the_byte_delivered() -> None:
+    src = Source([-1, 50, 51, 3333, 10_000])
+    with counting() as stats:
+        out = b"".join(retrying_stream(FAST, "obj", src.open_at))
+    assert out == DATA
+    assert src.opens == [0, 0, 50, 51, 3333, 10_000]
+    assert stats.count == 5
+
+
+def test_stream_permanent_error_mid_body_is_raised() -> None:
+    src = Source([500], error=PermissionError)
+    got = bytearray()
+    with pytest.raises(PermissionError):
+        for chunk in retrying_stream(FAST, "obj", src.open_at):
+            got += chunk
+    assert bytes(got) == DATA[:500]
+    assert src.opens == [0]
+
+
+def test_stream_budget_restarts_after_progress() -> None:
+    # Many resets, each after progress: the stream completes although the resets
+    # together would exceed a budget that allows about one retry.
+    src = Source(list(range(100, 10_000, 100)))
+    policy = RetryPolicy(timeout_s=5.0, max_delay_s=0.001, base_delay_s=0.001)
+    assert b"".join(retrying_stream(policy, "obj", src.open_at)) == DATA
+    assert len(src.opens) == 100
+
+
+def test_stream_closed_early_closes_the_source() -> None:
+    src = Source([])
+    stream = retrying_stream(FAST, "obj", src.open_at)
+    assert next(stream) == DATA[:100]
+    stream.close()  # type: ignore[attr-defined]
+    assert src.closed == 1
