@@ -1,0 +1,585 @@
+"""``delta``: a Delta Lake table at ``<warehouse>/<pipeline>/<table>`` (a local folder or
+``s3://bucket/prefix``), written with delta-rs (the ``deltalake`` package, no JVM).
+Readable with ``deltalake``, DuckDB, Polars and, with delta-spark, Spark. Bad records go
+to the Delta table ``<table>__errors`` beside it.
+
+Executors write each part as a Parquet file inside the table folder, under
+``batch-<id>/<attempt>/``: Delta readers see only files its log lists, so a crashed
+attempt's files are invisible. ``publish`` (on the driver, after the state store
+committed the batch) adds all of the committed attempt's files in ONE Delta commit that
+also records the batch as an app transaction (``SetTransaction``: ``app_id`` =
+``<pipeline>.<table>.<connector>``, ``version`` = batch id). A re-run of ``publish``
+after a crash anywhere finds the batch recorded and adds nothing, so readers see a batch
+all at once or not at all, and exactly once.
+
+Batches of one connector may publish out of order (``tasks_max`` > 1 runs batches side
+by side): a batch whose id is below the connector's recorded version is looked up among
+the table's files and its commits (custom commit metadata) before it is added. Every
+commit of a connector sets its app transaction, so two runs publishing the same batch at
+once conflict in Delta's optimistic concurrency and the loser re-checks; connectors of one
+table have their own app ids and their appends are retried by delta-rs.
+
+Fail point ``delta_committed``: after the Delta commit of the rows, before the state
+store records the batch published.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import posixpath
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from airflow_connectors import failpoints
+from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkConfig, SinkUnwritable
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+    from deltalake import DeltaTable
+
+#: Custom commit metadata key naming the batch a commit added: ``<app_id>#<batch_id>``.
+BATCH_KEY = "airflow_connectors.batch"
+#: Times publish re-reads the table after a conflicting concurrent commit.
+MAX_CONFLICTS = 20
+
+REMEDY = (
+    "make it writable, or point the warehouse (--warehouse, [connectors] warehouse) or "
+    "the table's sink path at a writable folder or s3:// prefix"
+)
+
+
+class DeltaSinkConfig(SinkConfig):
+    """Where the Delta table goes and how its Parquet files are compressed."""
+
+    path: str | None = Field(
+        default=None,
+        description="Location of the Delta table: a folder or an s3://bucket/prefix URL "
+        "(credentials and endpoint from the AWS_* environment). Dead letters go to the "
+        "Delta table '<path>__errors' beside it. Unset: <warehouse>/<pipeline>/<table>.",
+    )
+    compression: Literal["snappy", "zstd", "gzip", "none"] = Field(
+        default="snappy",
+        description="Compression codec of the table's Parquet files: 'snappy' (default), "
+        "'zstd', 'gzip' or 'none'.",
+    )
+
+
+# --- locations and filesystems ----------------------------------------------------
+
+
+def _is_s3(uri: str) -> bool:
+    return uri.startswith(("s3://", "s3a://"))
+
+
+def _join(base: str, *parts: str) -> str:
+    return posixpath.join(base, *parts) if _is_s3(base) else os.path.join(base, *parts)
+
+
+def storage_options(uri: str) -> dict[str, str] | None:
+    """delta-rs storage options for ``uri``: the ``AWS_*`` environment for S3 (endpoint,
+    credentials, region; plain HTTP allowed for an ``http://`` endpoint), else None."""
+    if not _is_s3(uri):
+        return None
+    names = (
+        "AWS_ENDPOINT_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_ALLOW_HTTP",
+    )
+    opts = {n: os.environ[n] for n in names if os.environ.get(n)}
+    if "AWS_REGION" not in opts and "AWS_DEFAULT_REGION" in opts:
+        opts["AWS_REGION"] = opts["AWS_DEFAULT_REGION"]
+    if opts.get("AWS_ENDPOINT_URL", "").startswith("http://"):
+        opts.setdefault("AWS_ALLOW_HTTP", "true")
+    return opts
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem for ``uri`` and the path in it: the local filesystem and an
+    absolute path, or S3 (endpoint, credentials and region from ``AWS_*``) and
+    ``bucket/key``."""
+    import pyarrow.fs as pafs
+
+    if not _is_s3(uri):
+        return pafs.LocalFileSystem(), os.path.abspath(uri)
+    kwargs: dict[str, Any] = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        scheme, _, host = endpoint.partition("://")
+        kwargs.update(endpoint_override=host.rstrip("/"), scheme=scheme)
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        kwargs["region"] = region
+    if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+        kwargs.update(
+            access_key=os.environ["AWS_ACCESS_KEY_ID"],
+            secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+            session_token=os.environ.get("AWS_SESSION_TOKEN"),
+        )
+    return pafs.S3FileSystem(**kwargs), uri.split("://", 1)[1].rstrip("/")
+
+
+def _why(e: BaseException) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+# --- part writer (executors) ------------------------------------------------------
+
+
+class _DeltaPart(PartWriter):
+    """Parquet files ``part-<part>-<seq>.parquet`` in the attempt's folder of the table;
+    a new file is started once one reaches ``target_file_size``."""
+
+    def __init__(self, folder: str, part: int, compression: str, target: int) -> None:
+        self.fs, self.folder = filesystem(folder)
+        self.uri = folder
+        self.local = not _is_s3(folder)
+        self.part = part
+        self.compression = compression
+        self.target = target
+        self.rows = 0
+        self.files: list[str] = []  # finished files
+        self._writer: Any = None
+        self._stream: Any = None
+        self._path = ""  # the file being written (a hidden temporary name when local)
+
+    def _open(self, schema: pa.Schema) -> None:
+        import pyarrow.parquet as pq
+
+        name = f"part-{self.part:05d}-{len(self.files):03d}.parquet"
+        final = f"{self.folder}/{name}"
+        if self.local:
+            os.makedirs(self.folder, exist_ok=True)
+            self._path = f"{self.folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+        else:
+            self._path = final
+        self._stream = self.fs.open_output_stream(self._path)
+        self._writer = pq.ParquetWriter(self._stream, schema, compression=self.compression)
+        self.files.append(final)
+
+    def _finish(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._stream.close()
+        self._writer = self._stream = None
+        if self.local:
+            os.replace(self._path, self.files[-1])
+
+    def write(self, table: pa.Table) -> None:
+        """Append rows; rolls over to a new file past the target size."""
+        if table.num_rows == 0:
+            return
+        try:
+            if self._writer is None:
+                self._open(table.schema)
+            self._writer.write_table(table, row_group_size=1 << 20)
+            if self._stream.tell() >= self.target:
+                self._finish()
+        except OSError as e:
+            raise SinkUnwritable(f"cannot write {self.uri}: {_why(e)}; {REMEDY}") from e
+        self.rows += table.num_rows
+
+    def close(self) -> int:
+        """Finish the last file; returns rows written."""
+        try:
+            self._finish()
+        except OSError as e:
+            raise SinkUnwritable(f"cannot write {self.uri}: {_why(e)}; {REMEDY}") from e
+        return self.rows
+
+    def abort(self) -> None:
+        """Remove every file of this part."""
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+                self._stream.close()
+            self._writer = self._stream = None
+        doomed = [*self.files, self._path] if self.local else self.files
+        for path in doomed:
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(path)
+        self.files, self.rows = [], 0
+
+
+# --- the sink (driver) --------------------------------------------------------------
+
+
+@dataclass
+class _Part:
+    path: str  # relative to the table root
+    size: int
+    mtime_ms: int
+    stats: str
+
+
+class DeltaSink(Sink):
+    """A Delta Lake table at ``<warehouse>/<pipeline>/<table>`` (or ``path``), dead
+    letters in ``<path>__errors``; each batch is one Delta commit recorded as the
+    connector's app transaction."""
+
+    name = "delta"
+    Config = DeltaSinkConfig
+    config: DeltaSinkConfig
+
+    def location(self, kind: Kind = "rows") -> str:
+        """``path``, or ``<warehouse>/<pipeline>/<table>``; dead letters beside it with ``__errors``."""
+        base = self.config.path or _join(self.warehouse, self.pipeline, self.table.name)
+        base = base.rstrip("/")
+        if not _is_s3(base):
+            base = os.path.abspath(base)
+        return base if kind == "rows" else f"{base}__errors"
+
+    @property
+    def app_id(self) -> str:
+        """The Delta app transaction id of this sink's connector."""
+        return f"{self.pipeline}.{self.table.name}.{self.connector or 'sink'}"
+
+    def schema(self, kind: Kind = "rows") -> pa.Schema:
+        """The Arrow schema of the table (or of its dead-letter table)."""
+        from airflow_connectors.sinks.parquet import errors_schema
+
+        return self.table.arrow_schema() if kind == "rows" else errors_schema()
+
+    def _attempt_dir(self, kind: Kind, batch_id: int, attempt: str | None = None) -> str:
+        batch = _join(self.location(kind), f"batch-{batch_id:010d}")
+        return batch if attempt is None else _join(batch, attempt)
+
+    # -- prepare -------------------------------------------------------------------
+
+    def prepare(self, batch_id: int, attempt: str) -> None:
+        """Checks, on the driver before Spark starts, that the table's types exist in
+        Delta, that its location can be written, and that an existing table has the
+        table's columns; removes anything of this attempt."""
+        self._check_types()
+        for kind in KINDS:
+            self._check_writable(self.location(kind))
+        dt = self._open("rows")
+        if dt is not None:
+            self._check_schema(dt, "rows")
+        self.discard(batch_id, attempt)
+
+    def _check_types(self) -> None:
+        from deltalake import Schema
+
+        for field in self.schema("rows"):
+            try:
+                Schema.from_arrow(_one(field))
+            except Exception as e:
+                raise SinkUnwritable(
+                    f"table {self.table.name}: column {field.name} has type {field.type}, "
+                    f"which Delta Lake cannot store ({_why(e)}); declare it VARCHAR or "
+                    "TIMESTAMP, or use the parquet sink"
+                ) from e
+
+    def _check_writable(self, uri: str) -> None:
+        where = f"table {self.table.name}: cannot write {uri}"
+        if _is_s3(uri):
+            fs, path = filesystem(uri)
+            try:
+                fs.get_file_info(path.split("/", 1)[0])  # the bucket answers
+                fs.get_file_info(path)
+            except OSError as e:
+                raise SinkUnwritable(f"{where}: {_why(e)}; {REMEDY}") from e
+            return
+        probe = uri
+        while not os.path.lexists(probe):
+            parent = os.path.dirname(probe)
+            if parent == probe:
+                break
+            probe = parent
+        if not os.path.isdir(probe):
+            raise SinkUnwritable(f"{where}: {probe} is a file, not a folder; {REMEDY}")
+        if not os.access(probe, os.W_OK | os.X_OK):
+            raise SinkUnwritable(f"{where}: {probe} is not writable; {REMEDY}")
+
+    def _open(self, kind: Kind) -> DeltaTable | None:
+        """The Delta table at ``location(kind)``, or None when there is none yet."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        uri = self.location(kind)
+        try:
+            return DeltaTable(uri, storage_options=storage_options(uri))
+        except TableNotFoundError:
+            return None
+        except OSError as e:
+            raise SinkUnwritable(f"table {self.table.name}: cannot read {uri}: {_why(e)}") from e
+
+    def _check_schema(self, dt: DeltaTable, kind: Kind) -> None:
+        from deltalake import Schema
+
+        want = json.loads(Schema.from_arrow(self.schema(kind)).to_json())["fields"]
+        have = json.loads(dt.schema().to_json())["fields"]
+
+        def cols(fields: list[dict[str, Any]]) -> list[str]:
+            return [
+                f"{f['name']} {f['type'] if isinstance(f['type'], str) else 'struct'}"
+                f"{'' if f.get('nullable', True) else ' not null'}"
+                for f in fields
+            ]
+
+        if cols(want) != cols(have):
+            raise SinkUnwritable(
+                f"table {self.table.name}: the Delta table at {self.location(kind)} has "
+                f"columns ({', '.join(cols(have))}) but the pipeline declares "
+                f"({', '.join(cols(want))}); point the table's sink path at another "
+                "location or drop the existing table"
+            )
+
+    # -- writer --------------------------------------------------------------------
+
+    def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:
+        """Parquet files of part ``part`` in ``<table>/batch-<id>/<attempt>/`` (invisible
+        to readers until the batch's commit lists them)."""
+        return _DeltaPart(
+            self._attempt_dir(kind, batch_id, attempt),
+            part,
+            self.config.compression,
+            self.config.target_file_size,
+        )
+
+    # -- publish -------------------------------------------------------------------
+
+    def publish(self, batch_id: int, attempt: str) -> None:
+        """Commits the attempt's dead letters, then its rows, each in one Delta commit
+        recording the batch as the connector's app transaction; a batch already
+        recorded is not added again. Then removes other attempts of the batch."""
+        self._commit("errors", batch_id, attempt)
+        self._commit("rows", batch_id, attempt)
+        failpoints.reach("delta_committed")
+        for kind in KINDS:
+            self._drop_attempts(kind, batch_id, keep=attempt)
+
+    def _commit(self, kind: Kind, batch_id: int, attempt: str) -> None:
+        from deltalake.exceptions import CommitFailedError, DeltaError
+
+        for _ in range(MAX_CONFLICTS):
+            dt = self._open(kind)
+            if dt is not None and self._recorded(dt, kind, batch_id):
+                return
+            parts = self._parts(kind, batch_id, attempt)
+            if not parts and (kind == "errors" or dt is not None):
+                return  # nothing to add; an empty batch still creates the rows table
+            try:
+                if dt is None:
+                    self._create(kind, batch_id, parts)
+                else:
+                    self._check_schema(dt, kind)
+                    self._append(dt, kind, batch_id, parts)
+                return
+            except CommitFailedError:
+                continue  # a concurrent commit of this connector: look again
+            except DeltaError as e:
+                if dt is None and "already exists" in str(e):
+                    continue  # another connector created the table first
+                raise SinkUnwritable(
+                    f"table {self.table.name}: cannot commit batch {batch_id} to the Delta "
+                    f"table at {self.location(kind)}: {_why(e)}"
+                ) from e
+            except OSError as e:
+                raise SinkUnwritable(
+                    f"table {self.table.name}: cannot commit batch {batch_id} to the Delta "
+                    f"table at {self.location(kind)}: {_why(e)}; {REMEDY}"
+                ) from e
+        raise SinkUnwritable(
+            f"table {self.table.name}: batch {batch_id} met {MAX_CONFLICTS} conflicting "
+            f"concurrent commits to {self.location(kind)}; the next run retries it"
+        )
+
+    def _recorded(self, dt: DeltaTable, kind: Kind, batch_id: int) -> bool:
+        """Whether the table holds the batch already: the connector's app transaction is
+        at the batch, or (a later batch of the connector published first) the batch's
+        files are in the table or one of its commits names the batch."""
+        version = dt.transaction_version(self.app_id)
+        if version is None or version < batch_id:
+            return False
+        if version == batch_id:
+            return True
+        prefix = f"batch-{batch_id:010d}/"
+        paths = dt.get_add_actions().column("path").to_pylist()
+        if any(str(p).startswith(prefix) for p in paths):
+            return True
+        mark = f"{self.app_id}#{batch_id}"
+        return any(c.get(BATCH_KEY) == mark for c in dt.history())
+
+    def _parts(self, kind: Kind, batch_id: int, attempt: str) -> list[_Part]:
+        """The attempt's finished Parquet files, with their sizes and statistics."""
+        import pyarrow.fs as pafs
+        import pyarrow.parquet as pq
+
+        uri = self._attempt_dir(kind, batch_id, attempt)
+        fs, folder = filesystem(uri)
+        root = filesystem(self.location(kind))[1]
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+            parts = []
+            for info in sorted(infos, key=lambda i: i.path):
+                name = info.base_name
+                if info.type != pafs.FileType.File or not name.endswith(".parquet"):
+                    continue
+                if name.startswith((".", "_")):
+                    continue
+                with fs.open_input_file(info.path) as fh:
+                    meta = pq.read_metadata(fh)
+                mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
+                parts.append(
+                    _Part(
+                        info.path[len(root) + 1 :],
+                        int(info.size or 0),
+                        int(mtime * 1000),
+                        _stats(meta),
+                    )
+                )
+        except OSError as e:
+            raise SinkUnwritable(
+                f"table {self.table.name}: cannot read the parts of batch {batch_id} at "
+                f"{uri}: {_why(e)}"
+            ) from e
+        return parts
+
+    def _actions(self, parts: list[_Part]) -> list[Any]:
+        from deltalake.transaction import AddAction
+
+        return [AddAction(p.path, p.size, {}, p.mtime_ms, True, p.stats) for p in parts]
+
+    def _properties(self, batch_id: int, version: int) -> Any:
+        from deltalake import CommitProperties, Transaction
+
+        return CommitProperties(
+            custom_metadata={BATCH_KEY: f"{self.app_id}#{batch_id}"},
+            app_transactions=[Transaction(self.app_id, version)],
+        )
+
+    def _create(self, kind: Kind, batch_id: int, parts: list[_Part]) -> None:
+        from deltalake import Schema
+        from deltalake.transaction import create_table_with_add_actions
+
+        uri = self.location(kind)
+        create_table_with_add_actions(
+            uri,
+            Schema.from_arrow(self.schema(kind)),
+            self._actions(parts),
+            mode="error",
+            name=self.table.name if kind == "rows" else f"{self.table.name}__errors",
+            storage_options=storage_options(uri),
+            commit_properties=self._properties(batch_id, batch_id),
+        )
+
+    def _append(self, dt: DeltaTable, kind: Kind, batch_id: int, parts: list[_Part]) -> None:
+        # The version never goes down (a batch published after a later one keeps the
+        # later id), and setting it on every commit makes two runs publishing for the
+        # connector at once conflict instead of both adding.
+        version = max(batch_id, dt.transaction_version(self.app_id) or -1)
+        dt.create_write_transaction(
+            self._actions(parts),
+            "append",
+            self.schema(kind),
+            commit_properties=self._properties(batch_id, version),
+        )
+
+    # -- discard -------------------------------------------------------------------
+
+    def _drop_attempts(self, kind: Kind, batch_id: int, keep: str | None) -> None:
+        """Remove the batch's attempt folders but ``keep`` (None: but the files the
+        table's log lists)."""
+        import pyarrow.fs as pafs
+
+        fs, folder = filesystem(self._attempt_dir(kind, batch_id))
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        except OSError:
+            return
+        listed: set[str] = set()
+        if keep is None and infos:
+            dt = self._open(kind)
+            if dt is not None:
+                listed = {str(p) for p in dt.get_add_actions().column("path").to_pylist()}
+        prefix = f"batch-{batch_id:010d}/"
+        for info in infos:
+            if info.type != pafs.FileType.Directory or info.base_name == keep:
+                continue
+            if any(p.startswith(f"{prefix}{info.base_name}/") for p in listed):
+                continue  # committed: never removed
+            with contextlib.suppress(OSError):
+                fs.delete_dir(info.path)
+        with contextlib.suppress(OSError):
+            if not fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):
+                fs.delete_dir(folder)
+
+    def discard(self, batch_id: int, attempt: str | None = None) -> None:
+        """Removes the attempt's files (every attempt's but committed ones when
+        ``attempt`` is None); never a file the Delta log lists."""
+        import pyarrow.fs as pafs
+
+        if attempt is None:
+            for kind in KINDS:
+                self._drop_attempts(kind, batch_id, keep=None)
+            return
+        for kind in KINDS:
+            fs, folder = filesystem(self._attempt_dir(kind, batch_id, attempt))
+            with contextlib.suppress(OSError):
+                if fs.get_file_info(folder).type == pafs.FileType.Directory:
+                    fs.delete_dir(folder)
+            with contextlib.suppress(OSError):
+                parent = filesystem(self._attempt_dir(kind, batch_id))
+                if not parent[0].get_file_info(pafs.FileSelector(parent[1], allow_not_found=True)):
+                    parent[0].delete_dir(parent[1])
+
+
+def _one(field: pa.Field) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([field])
+
+
+def _stats(meta: Any) -> str:
+    """Delta file statistics from a Parquet footer: the row count, null counts, and
+    min/max of integer, date and string columns (exact values, so readers may skip files
+    by them safely)."""
+    import pyarrow as pa
+
+    schema = meta.schema.to_arrow_schema()
+    nulls: dict[str, int] = {}
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    for i, field in enumerate(schema):
+        typ = field.type
+        ranged = pa.types.is_integer(typ) or pa.types.is_date32(typ) or pa.types.is_string(typ)
+        count: int | None = 0
+        lo: Any = None
+        hi: Any = None
+        for g in range(meta.num_row_groups):
+            st = meta.row_group(g).column(i).statistics
+            if st is None or not st.has_null_count:
+                count, ranged = None, False
+                break
+            count = (count or 0) + st.null_count
+            if not ranged:
+                continue
+            if not st.has_min_max:
+                if meta.row_group(g).num_rows > st.null_count:
+                    ranged = False
+                continue
+            lo = st.min if lo is None else min(lo, st.min)
+            hi = st.max if hi is None else max(hi, st.max)
+        if count is not None:
+            nulls[field.name] = count
+        if ranged and lo is not None:
+            mins[field.name] = lo.isoformat() if hasattr(lo, "isoformat") else lo
+            maxs[field.name] = hi.isoformat() if hasattr(hi, "isoformat") else hi
+    return json.dumps(
+        {"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
+        default=str,
+    )
