@@ -11,8 +11,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from airflow_connectors.state import schema as s
+from airflow_connectors.state import watermark
 from airflow_connectors.state.connectors import Connectors
-from airflow_connectors.state.plan import BatchPlan, stored_keys
+from airflow_connectors.state.plan import BatchPlan
 from airflow_connectors.state.records import (
     Batch,
     BatchStatus,
@@ -30,8 +31,12 @@ class Batches(Connectors):
 
     def cursor(self, ref: ConnectorRef) -> Cursor:
         """What discovery starts from: the committed offset of every key, the keys of
-        planned (uncommitted) batches as in flight, and when the connector first discovered."""
+        planned (uncommitted) batches as in flight, when the connector first discovered,
+        and its watermark (see :mod:`.watermark`)."""
         with self.tx() as conn:
+            # In-flight keys first: a batch committing meanwhile then shows up in flight
+            # or in the offsets read after (PostgreSQL reads each statement afresh).
+            in_flight = watermark.in_flight(conn, ref)
             rows = conn.execute(
                 sa.select(
                     s.offsets.c.key,
@@ -44,22 +49,16 @@ class Batches(Connectors):
             first = conn.execute(
                 sa.select(s.connectors.c.first_discovered_at).where(ref.where(s.connectors))
             ).scalar()
-            plans = (
-                conn.execute(
-                    sa.select(s.batches.c.plan).where(
-                        ref.where(s.batches), s.batches.c.status == BatchStatus.PLANNED.value
-                    )
-                )
-                .scalars()
-                .all()
-            )
-        in_flight = frozenset().union(*(stored_keys(plan) for plan in plans))
+            mark = watermark.load(conn, ref)
         return Cursor(
             offsets={
                 r.key: KeyOffset(r.offset, r.records, bool(r.completed), r.meta or {}) for r in rows
             },
             in_flight=in_flight,
             first_discovered_at=first,
+            watermark=mark.watermark,
+            late_after=mark.late_after,
+            since_relist=mark.since_relist,
         )
 
     def pending_batches(self, ref: ConnectorRef) -> list[Batch]:
@@ -90,19 +89,36 @@ class Batches(Connectors):
         return [_batch(r) for r in rows]
 
     def plan_batches(
-        self, ref: ConnectorRef, plans: Sequence[BatchPlan], now: float | None = None
+        self,
+        ref: ConnectorRef,
+        plans: Sequence[BatchPlan],
+        now: float | None = None,
+        *,
+        listed: bool = False,
+        relisted_at: float | None = None,
     ) -> list[int]:
-        """Persist batch plans before any data moves; returns their ids."""
+        """Persist batch plans before any data moves; returns their ids.
+
+        ``listed``: the plans come from a discovery that listed the source (also when
+        ``plans`` is empty): in the same transaction, ``relisted_at`` (the listing was a
+        complete re-list and every item it yielded is in ``plans``) becomes the
+        connector's ``late_after`` and restarts its re-list count; without it the count
+        goes up by one (see :mod:`.watermark`)."""
         for plan in plans:
             if plan.ref != ref:
                 raise ValueError(f"a batch plan of connector {plan.ref} given for {ref}")
         now = now or time.time()
-        ids = []
+        ids: list[int] = []
         with self.tx() as conn:
             self.ensure_connector(ref, conn)
-            if conn.execute(
+            stopped = conn.execute(
                 sa.select(s.connectors.c.stopped).where(ref.where(s.connectors))
-            ).scalar():
+            ).scalar()
+            if not plans:
+                if listed and not stopped:
+                    watermark.record_listing(conn, ref, relisted_at)
+                return ids
+            if stopped:
                 # A run that passed its gate before the stop: plan nothing, so the
                 # offsets stay still while they may be edited.
                 raise ConnectorStopped(
@@ -141,6 +157,8 @@ class Batches(Connectors):
                 .where(ref.where(s.connectors))
                 .values(end_of_input=False, state=ConnectorStatus.RUNNING.value, updated_at=now)
             )
+            if listed:
+                watermark.record_listing(conn, ref, relisted_at)
         return ids
 
     def load_batch(self, batch_id: int) -> Batch:
@@ -191,6 +209,9 @@ class Batches(Connectors):
             if row.status != BatchStatus.PLANNED.value:
                 return False
             ref = ConnectorRef(row.pipeline, row.table_name, row.connector)
+            # Commits of one connector take turns: each moves the watermark from the
+            # one the previous left.
+            watermark.load(conn, ref, lock=True)
             updated = conn.execute(
                 sa.update(s.batches)
                 .where(
@@ -231,6 +252,7 @@ class Batches(Connectors):
                             **values,
                         )
                     )
+            watermark.advance(conn, ref)
             c = s.connectors.c
             conn.execute(
                 sa.update(s.connectors)
@@ -308,14 +330,29 @@ class Batches(Connectors):
             ).scalar()
 
     def drop_planned_batch(self, batch_id: int) -> bool:
-        """Forget a planned (uncommitted) batch: its items become new work again."""
+        """Forget a planned (uncommitted) batch: its items become new work again (keys
+        that opted in to the watermark get an incomplete offsets row, see
+        :func:`.watermark.release`)."""
         with self.tx() as conn:
+            row = conn.execute(
+                sa.select(s.batches.c.plan)
+                .where(
+                    s.batches.c.batch_id == batch_id,
+                    s.batches.c.status == BatchStatus.PLANNED.value,
+                )
+                .with_for_update()
+            ).first()
+            if row is None:
+                return False
             n = conn.execute(
                 sa.delete(s.batches).where(
                     s.batches.c.batch_id == batch_id,
                     s.batches.c.status == BatchStatus.PLANNED.value,
                 )
             ).rowcount
+            if n == 1:
+                plan = BatchPlan.from_json(row.plan, batch_id=batch_id, attempt="")
+                watermark.release(conn, plan.ref, plan.items)
         return n == 1
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from airflow_connectors.state import schema as s
+from airflow_connectors.state import watermark as wm
 from airflow_connectors.state.connectors import Connectors
 from airflow_connectors.state.records import BatchStatus, ConnectorNotStopped, ConnectorRef
 
@@ -34,10 +35,32 @@ class Offsets(Connectors):
             for r in rows
         ]
 
+    def watermark(self, ref: ConnectorRef) -> dict[str, Any] | None:
+        """The connector's watermark, or None while it has none: ``key`` (every key up
+        to it is committed; committed keys below it that are older than ``late_after``
+        have no offsets row any more), ``late_after`` (epoch seconds, the source's
+        clock) and ``since_relist`` (discoveries since the last complete re-list)."""
+        with self.tx() as conn:
+            mark = wm.load(conn, ref)
+        if mark.watermark is None:
+            return None
+        return {
+            "key": mark.watermark,
+            "late_after": mark.late_after,
+            "since_relist": min(mark.since_relist, wm.FORCE_RELIST),
+        }
+
     def edit_offsets(self, ref: ConnectorRef, entries: Sequence[dict[str, Any]] | None) -> None:
         """Set the offsets of the given keys (``offset: None`` forgets a key), or forget
-        every key (``entries=None``). Only a stopped connector's offsets may change:
-        nothing is in flight then."""
+        every key (``entries=None``, which also drops the watermark). Only a stopped
+        connector's offsets may change: nothing is in flight then.
+
+        Editing keeps the watermark's promise (every key up to it is committed, see
+        :mod:`.watermark`): forgetting a key at or below it lowers the watermark below
+        that key when no collapsed key lies in between, else leaves an incomplete row at
+        offset 0 for it; either way the key is read again from its start, and only it.
+        Setting a key at or below the watermark makes the next discovery a re-list, so
+        the new offset is acted on."""
         with self.tx() as conn:
             stopped = conn.execute(
                 sa.select(s.connectors.c.stopped).where(ref.where(s.connectors))
@@ -59,10 +82,14 @@ class Offsets(Connectors):
                 )
             if entries is None:
                 conn.execute(sa.delete(s.offsets).where(ref.where(s.offsets)))
+                wm.reset(conn, ref)
             for e in entries or ():
                 where = sa.and_(ref.where(s.offsets), s.offsets.c.key == e["key"])
+                old_meta = conn.execute(sa.select(s.offsets.c.meta).where(where)).scalar()
                 conn.execute(sa.delete(s.offsets).where(where))
-                if e.get("offset") is not None:
+                if e.get("offset") is None:
+                    wm.forget(conn, ref, e["key"], old_meta)
+                else:
                     conn.execute(
                         sa.insert(s.offsets).values(
                             pipeline=ref.pipeline,
@@ -76,6 +103,7 @@ class Offsets(Connectors):
                             batch_id=0,
                         )
                     )
+                    wm.edited(conn, ref, e["key"])
             # The input is no longer known to be exhausted, and re-reading it is a new
             # finish: its `finished` event is emitted again.
             conn.execute(

@@ -63,10 +63,19 @@ def _connector_columns(*, version: int) -> list[sa.Column[Any]]:
         # Kafka Connect's STOPPED: paused with its planned batches released, so its
         # offsets may be edited.
         cols.append(sa.Column("stopped", sa.Boolean, nullable=False, default=False))
+    if version >= 6:
+        # The watermark (state/watermark.py): every key up to `watermark` is committed;
+        # completed offsets rows below it that are older than `late_after` were dropped
+        # (the greatest such key is `collapsed_to`); `since_relist` counts discoveries
+        # since the last complete listing.
+        cols.append(sa.Column("watermark", sa.String(2048), nullable=True))
+        cols.append(sa.Column("late_after", sa.Float, nullable=True))
+        cols.append(sa.Column("since_relist", sa.Integer, nullable=False, default=0))
+        cols.append(sa.Column("collapsed_to", sa.String(2048), nullable=True))
     return cols
 
 
-connectors = sa.Table("ac_connectors", metadata, *_connector_columns(version=4))
+connectors = sa.Table("ac_connectors", metadata, *_connector_columns(version=6))
 
 #: Version 4 only: the connectors of every rendered spec (written when Airflow
 #: parsed a DAG file). Nothing reads it any more (the REST API lists connectors from
@@ -181,7 +190,17 @@ def _v5(conn: Connection) -> None:
     _specs_v4.drop(conn)
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
+def _v6(conn: Connection) -> None:
+    # Bounded offsets: the watermark, the re-list time and count, the collapsed keys.
+    conn.execute(sa.text("ALTER TABLE ac_connectors ADD COLUMN watermark VARCHAR(2048)"))
+    conn.execute(sa.text("ALTER TABLE ac_connectors ADD COLUMN late_after FLOAT"))
+    conn.execute(
+        sa.text("ALTER TABLE ac_connectors ADD COLUMN since_relist INTEGER NOT NULL DEFAULT 0")
+    )
+    conn.execute(sa.text("ALTER TABLE ac_connectors ADD COLUMN collapsed_to VARCHAR(2048)"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 LATEST = len(MIGRATIONS)
 
 

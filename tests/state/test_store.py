@@ -149,7 +149,7 @@ def test_schema_migrates_forward_from_v1(store_url: str) -> None:
     engine.dispose()
     store = StateStore(store_url)  # opening migrates
     with store.tx() as conn:
-        assert schema._current_version(conn) == schema.LATEST == 5
+        assert schema._current_version(conn) == schema.LATEST == 6
         columns = {c["name"] for c in sa.inspect(conn).get_columns("ac_connectors")}
         assert {
             "new_data_signal",
@@ -225,7 +225,7 @@ def test_v4_catalog_is_dropped_by_the_migration(store_url: str) -> None:
     engine.dispose()
     store = StateStore(store_url)
     with store.tx() as conn:
-        assert schema._current_version(conn) == 5
+        assert schema._current_version(conn) == schema.LATEST
         assert not sa.inspect(conn).has_table("ac_specs")
     store.close()
 
@@ -240,7 +240,7 @@ def test_a_v4_store_written_by_the_previous_version_opens(tmp_path: Path) -> Non
         conn.executescript((Path(__file__).parent / "data" / "store_v4.sql").read_text())
     store = StateStore(f"sqlite:///{db}")
     with store.tx() as conn:
-        assert schema._current_version(conn) == 5
+        assert schema._current_version(conn) == schema.LATEST
         assert not sa.inspect(conn).has_table("ac_specs")
     pending = store.pending_batches(REF)
     assert [b.batch_id for b in pending] == [1, 2]
