@@ -8,18 +8,34 @@ never ends the input.
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import glob
 import os
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 
 from airflow_connectors.spec.config import StrictConfig
-from airflow_connectors.transports.base import Cursor, KeyOffset, Limits, Transport, WorkItem
+from airflow_connectors.transports.base import (
+    MTIME,
+    Cursor,
+    KeyOffset,
+    Limits,
+    Transport,
+    WorkItem,
+)
+from airflow_connectors.transports.compression import codec_of, decompress, skip
+from airflow_connectors.transports.retry import retrying_stream
 
 READ_CHUNK = 8 << 20
+#: ``meta`` key of a compressed file's size in bytes: its offsets count decompressed
+#: bytes, so this is how a change of a committed compressed file is noticed.
+COMPRESSED_SIZE = "compressed_size"
 
 
 class FileInputConfig(StrictConfig):
@@ -52,6 +68,35 @@ class FileInputConfig(StrictConfig):
         "still being written waits for a later discovery instead of being read half-way. "
         "Writers that move (rename) finished files into the folder can set 0.",
     )
+    relist_every: int = Field(
+        default=10,
+        ge=1,
+        description="Without follow, committed files are remembered by a watermark (every "
+        "path up to it is committed) instead of one offsets row each, so the state stays "
+        "small however many files were read; a discovery skips the paths up to the "
+        "watermark without looking at them, and every relist_every discoveries looks at "
+        "every file, to read files whose paths sort below the watermark but that appeared "
+        "(or changed) since the previous such re-list. 1: look at every file each time. "
+        "A committed file rewritten or appended to after it was collapsed into the "
+        "watermark looks like a new file and is read again whole (as Auto Loader's "
+        "allowOverwrites); with follow: true nothing collapses.",
+    )
+    relist_margin_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="Seconds subtracted from a re-list's start time before files modified "
+        "earlier are taken as committed once their rows collapse: covers clocks and "
+        "timestamps that lag (a network file system's clock); raise it for such mounts.",
+    )
+
+    compression: Literal["auto", "none", "gzip", "zstd", "bz2"] = Field(
+        default="auto",
+        description="How files are compressed: auto (by extension: .gz/.gzip, .zst/.zstd, "
+        ".bz2; other files are read as they are), none, or gzip, zstd or bz2 for every "
+        "file. Compressed files are decompressed as they are read (never whole in memory); "
+        "they are never read as growing files, and a resumed one is read again from its "
+        "start, skipping what was committed.",
+    )
 
     @field_validator("path")
     @classmethod
@@ -83,34 +128,36 @@ class FileInputTransport(Transport):
         return not self.config.follow
 
     def _list_files(self) -> list[str]:
-        """Absolute paths of the files ``path`` matches now, sorted; under a folder,
-        names starting with ``.`` or ``_`` (and their folders) are skipped."""
+        """Absolute paths of what ``path`` matches now, sorted; under a folder, names
+        starting with ``.`` or ``_`` (and their folders) are skipped. Nothing is stat-ed
+        here (a glob may match folders; ``discover`` skips what is not a file), so a
+        folder of many committed files costs a directory listing and a sort."""
         path = self.config.path
         if glob.has_magic(path):
-            found = glob.glob(path, recursive=True)
-        elif os.path.isdir(path):
-            found = [
-                os.path.join(root, f)
-                for root, dirs, files in os.walk(path)
-                for f in files
-                if not f.startswith((".", "_"))
-                and not any(
-                    part.startswith((".", "_"))
-                    for part in os.path.relpath(root, path).split(os.sep)
-                    if part != "."
-                )
-            ]
-        else:
-            found = [path] if os.path.exists(path) else []
-        return sorted(os.path.abspath(f) for f in found if os.path.isfile(f))
+            return sorted({os.path.abspath(f) for f in glob.glob(path, recursive=True)})
+        if os.path.isdir(path):
+            found: list[str] = []
+            for root, dirs, files in os.walk(os.path.abspath(path)):
+                dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+                found.extend(os.path.join(root, f) for f in files if not f.startswith((".", "_")))
+            return sorted(found)
+        return [os.path.abspath(path)] if os.path.isfile(path) else []
 
     def discover(self, cursor: Cursor, limits: Limits) -> Iterator[WorkItem]:
         """New files from byte 0, and the unread tail of files not read to their end. Files
         modified within ``min_file_age`` wait; a committed file that changed is a notice
-        (or new work, when its format is line oriented and it grew)."""
-        emitted = 0
+        (or new work, when its format is line oriented and it grew).
+
+        Without ``follow``, paths up to the cursor's watermark are skipped without a
+        ``stat`` except on a re-list (the first listing, then every ``relist_every``
+        discoveries), which also finds files below the watermark that have no offsets
+        row and changed at or after ``late_after`` (late files); a complete re-list
+        reports its start minus ``relist_margin_s`` as ``relisted_at``."""
+        self.relisted_at = None
+        started = time.time()
+        follow = self.config.follow
         files = self._list_files()
-        if not files and not self.config.follow and not cursor.offsets:
+        if not files and not follow and not cursor.offsets and cursor.watermark is None:
             self.notices.append(
                 (
                     f"file_input: {self.config.path} matches no file (missing file or folder, "
@@ -119,46 +166,117 @@ class FileInputTransport(Transport):
                     None,
                 )
             )
+        full = (
+            follow
+            or cursor.watermark is None
+            or cursor.since_relist >= self.config.relist_every - 1
+        )
+        first = 0 if full else bisect.bisect_right(files, cursor.watermark or "")
+        relisted_at = started - self.config.relist_margin_s
         now = limits.now or time.time()
-        for path in files:
+        emitted = 0
+        for path in files[first:]:
             if emitted >= limits.max_items:
-                return
+                return  # cut: not a complete listing
             if path in cursor.in_flight:
                 continue
             try:
                 st = os.stat(path)
             except FileNotFoundError:
                 continue  # removed since it was listed
-            size = st.st_size
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            # When the file took its current content or name: a file renamed into the
+            # folder keeps its mtime but gets a new ctime.
+            changed = max(st.st_mtime, st.st_ctime)
             if now - st.st_mtime < self.config.min_file_age:
                 # Modified within min_file_age: maybe still being written. It waits for a
-                # later discovery rather than being read up to its current size.
+                # later discovery rather than being read up to its current size (and this
+                # re-list vouches only for files older than it).
+                relisted_at = min(relisted_at, changed)
                 continue
-            done = cursor.get(path)
-            item: WorkItem | None
-            if done is None:
-                item = WorkItem(
-                    key=path, start=0, end=size, size=size, final=not self.config.follow
-                )
-            elif not done.completed and size > max(done.offset, done.meta.get("seen", 0)):
-                # Bytes past the offset that were already looked at (an unfinished last
-                # line) are read again only once the file has grown.
-                item = WorkItem(
-                    key=path,
-                    start=done.offset,
-                    end=size,
-                    size=size,
-                    records_done=done.records,
-                    final=not self.config.follow,
-                )
-            elif done.completed and size != done.offset:
-                item = self._changed(path, size, done, limits)
-                if item is None:
-                    continue
-            else:
+            item = self._item(path, st.st_size, changed, cursor, limits)
+            if item is None:
                 continue
             yield item
             emitted += 1
+        if full and not follow:
+            self.relisted_at = relisted_at
+
+    def _item(
+        self, path: str, size: int, changed: float, cursor: Cursor, limits: Limits
+    ) -> WorkItem | None:
+        """The work of a listed file (None: nothing to read), with its change time as
+        ``MTIME`` unless following (appends need every file's offsets: none collapse)."""
+        done = cursor.get(path)
+        if done is None and _collapsed(path, changed, cursor):
+            return None  # committed; its offsets row collapsed into the watermark
+        item: WorkItem | None
+        if done is not None and not done.completed and size == 0 == done.offset:
+            # An empty file whose planned batch was released: nothing to read but its
+            # commit.
+            item = None if self.config.follow else WorkItem(key=path, start=0, end=0, size=0)
+        elif self._codec(path) is not None:
+            item = self._compressed(path, size, done)
+        else:
+            item = self._plain(path, size, done, limits)
+        if item is None or self.config.follow:
+            return item
+        return dataclasses.replace(item, meta={**item.meta, MTIME: changed})
+
+    def _plain(
+        self, path: str, size: int, done: KeyOffset | None, limits: Limits
+    ) -> WorkItem | None:
+        """The work of an uncompressed file of ``size`` bytes (None: nothing to read)."""
+        if done is None:
+            return WorkItem(key=path, start=0, end=size, size=size, final=not self.config.follow)
+        if not done.completed and size > max(done.offset, done.meta.get("seen", 0)):
+            # Bytes past the offset that were already looked at (an unfinished last
+            # line) are read again only once the file has grown.
+            return WorkItem(
+                key=path,
+                start=done.offset,
+                end=size,
+                size=size,
+                records_done=done.records,
+                final=not self.config.follow,
+            )
+        if done.completed and size != done.offset:
+            return self._changed(path, size, done, limits)
+        return None
+
+    def _codec(self, path: str) -> str | None:
+        """The codec ``path`` is read with (None: not compressed)."""
+        return codec_of(path, self.config.compression)
+
+    def _compressed(self, path: str, size: int, done: KeyOffset | None) -> WorkItem | None:
+        """The work of a compressed file: planned whole (``end=None``, its decompressed
+        size is unknown), from the decompressed offset committed before, never read as a
+        growing file. Its compressed size is kept with the offset (``meta``), so a
+        committed file that changed is a notice."""
+        meta = {COMPRESSED_SIZE: size}
+        if done is None:
+            return WorkItem(key=path, start=0, end=None, size=size, meta=meta)
+        if not done.completed:
+            return WorkItem(
+                key=path,
+                start=done.offset,
+                end=None,
+                size=size,
+                records_done=done.records,
+                meta=meta,
+            )
+        if done.meta.get(COMPRESSED_SIZE, size) != size:
+            self.notices.append(
+                (
+                    f"file_input: {path} changed after it was committed (compressed size "
+                    f"{done.meta[COMPRESSED_SIZE]} bytes, now {size} bytes); its new content "
+                    "is not read. Write new data to new files, or reset the connector's "
+                    "offsets to read it again",
+                    path,
+                )
+            )
+        return None
 
     def _changed(self, path: str, size: int, done: KeyOffset, limits: Limits) -> WorkItem | None:
         """A file that was read completely and has changed size since."""
@@ -187,40 +305,77 @@ class FileInputTransport(Transport):
         including files that wait for ``min_file_age``."""
         if self.config.follow:
             return False
+        w = cursor.watermark
         for path in self._list_files():
             done = cursor.get(path)
-            if done is None or not done.completed:
+            if done is None:
+                if w is not None and cursor.late_after is not None and path <= w:
+                    # Collapsed into the watermark (a late file below it is found by the
+                    # next re-list, which then reopens the input).
+                    continue
+                if os.path.isfile(path):
+                    return False
+                continue
+            if not done.completed:
                 return False
             try:
                 st = os.stat(path)
             except FileNotFoundError:
                 continue
-            if st.st_size != done.offset and time.time() - st.st_mtime < self.config.min_file_age:
+            was = done.meta.get(COMPRESSED_SIZE, done.offset)
+            if st.st_size != was and time.time() - st.st_mtime < self.config.min_file_age:
                 return False  # changing right now: decided once it settles
         return None
 
     def read(self, item: WorkItem) -> Iterator[bytes]:
-        """The bytes of ``item``'s byte range; ``FileNotFoundError`` when the file is gone."""
+        """The bytes of ``item``'s byte range, or for a compressed file its decompressed
+        bytes from ``item.start`` (the file is read from its first byte and what comes
+        before is skipped). Transient ``OSError``\\ s of a network mount (EIO, ETIMEDOUT,
+        ESTALE) are retried under the connector's ``errors.retry.*``, re-opening the file
+        at the byte reached; ``FileNotFoundError`` when the file is gone."""
         chunk = self.config.buffer_size_bytes or READ_CHUNK
-        try:
-            fh = open(item.key, "rb")  # noqa: SIM115 - closed below; a generator owns it
-        except FileNotFoundError as e:
-            # FileNotFoundError: the engine treats a vanished object as unreadable (skipped
-            # under errors.tolerance: all), other OSErrors as an unreachable source.
-            raise FileNotFoundError(
-                f"file_input: {item.key} was listed for this batch but is gone"
-            ) from e
-        with fh:
-            fh.seek(item.start)
-            remaining = None if item.end is None else item.end - item.start
-            while remaining is None or remaining > 0:
-                data = fh.read(chunk if remaining is None else min(chunk, remaining))
-                if not data:
-                    break
-                if remaining is not None:
-                    remaining -= len(data)
-                yield data
+        codec = self._codec(item.key)
+        if codec is None:
+            start, end = item.start, item.end
+        else:
+            start, end = 0, None
+
+        def open_at(offset: int) -> Iterator[bytes]:
+            return _read_range(item.key, start + offset, end, chunk)
+
+        raw = retrying_stream(self.retry, f"file_input: {item.key}", open_at)
+        if codec is None:
+            yield from raw
+        else:
+            yield from skip(decompress(raw, codec, name=item.key), item.start)
 
     def describe(self) -> str:
         """The path, with ``(follow)`` when following."""
         return f"file_input: {self.config.path}{' (follow)' if self.config.follow else ''}"
+
+
+def _collapsed(path: str, changed: float, cursor: Cursor) -> bool:
+    """Whether a file without an offsets row was committed and collapsed into the
+    watermark: at or below it and unchanged since before ``late_after``."""
+    w, late_after = cursor.watermark, cursor.late_after
+    return w is not None and late_after is not None and path <= w and changed < late_after
+
+
+def _read_range(path: str, start: int, end: int | None, chunk: int) -> Iterator[bytes]:
+    """The bytes of ``path`` from ``start`` up to ``end`` (None: its end)."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below; a generator owns it
+    except FileNotFoundError as e:
+        # FileNotFoundError: the engine treats a vanished object as unreadable (skipped
+        # under errors.tolerance: all), other OSErrors as an unreachable source.
+        raise FileNotFoundError(f"file_input: {path} was listed for this batch but is gone") from e
+    with fh:
+        fh.seek(start)
+        remaining = None if end is None else end - start
+        while remaining is None or remaining > 0:
+            data = fh.read(chunk if remaining is None else min(chunk, remaining))
+            if not data:
+                break
+            if remaining is not None:
+                remaining -= len(data)
+            yield data

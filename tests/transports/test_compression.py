@@ -6,12 +6,15 @@ import bz2
 import gzip
 import io
 import itertools
+import json
 import os
 import zlib
+from pathlib import Path
 
 import pytest
 import zstandard
 
+from airflow_connectors.testing.conformance import Source, TransportConformance
 from airflow_connectors.transports.compression import (
     OUT_CHUNK,
     CompressionError,
@@ -134,3 +137,169 @@ def test_skip() -> None:
     # resume of a compressed file: decompress from byte 0, skip what was committed
     packed = gzip.compress(TEXT)
     assert b"".join(skip(decompress([packed], "gzip"), 1234)) == TEXT[1234:]
+
+
+# --- file_input reads compressed files ------------------------------------------------
+
+
+def _jsonl(ids: range) -> bytes:
+    return b"".join(b'{"id": %d}\n' % i for i in ids)
+
+
+def _file_spec(path: object, **config: object) -> object:
+    from helpers import pipeline
+
+    return pipeline(
+        {
+            "t": {
+                "columns": {"id": "BIGINT NOT NULL"},
+                "connectors": [
+                    {
+                        "name": "files",
+                        "transport": {
+                            "name": "file_input",
+                            "config": {"path": str(path), "min_file_age": 0, **config},
+                        },
+                        "format": {"name": "json", "config": {"update_format": "raw"}},
+                    }
+                ],
+            }
+        }
+    )
+
+
+def _ids(warehouse: str) -> list[int]:
+    from helpers import read_table
+
+    data = read_table(warehouse, "p", "t")
+    return sorted(data.column("id").to_pylist()) if data.num_columns else []
+
+
+def test_file_input_reads_gzip_zstd_bz2_and_plain_files(
+    spark: object, sqlite_url: str, tmp_path: object
+) -> None:
+    from pathlib import Path
+
+    from helpers import run, status
+
+    folder = Path(str(tmp_path)) / "drop"
+    folder.mkdir()
+    wh = str(Path(str(tmp_path)) / "wh")
+    # a multi-member gzip (as `cat a.gz b.gz` or pigz write), zstd, bz2 and a plain file
+    (folder / "a.json.gz").write_bytes(
+        gzip.compress(_jsonl(range(0, 500))) + gzip.compress(_jsonl(range(500, 1000)))
+    )
+    (folder / "b.json.zst").write_bytes(compress("zstd", _jsonl(range(1000, 2000))))
+    (folder / "c.json.bz2").write_bytes(compress("bz2", _jsonl(range(2000, 3000))))
+    (folder / "d.json").write_bytes(_jsonl(range(3000, 3010)))
+    pipe = _file_spec(folder)
+    run(pipe, sqlite_url, wh, spark)  # type: ignore[arg-type]
+    assert _ids(wh) == list(range(3010))
+    st = status(sqlite_url, "p", "t", "files")
+    assert st.total_records == 3010 and st.end_of_input and st.num_transport_errors == 0
+
+    # Committed compressed files are not read again (their offsets count decompressed
+    # bytes; their compressed size is kept to notice a change) ...
+    again = run(pipe, sqlite_url, wh, spark)  # type: ignore[arg-type]
+    assert again.batches == 0 and _ids(wh) == list(range(3010))
+    assert status(sqlite_url, "p", "t", "files").num_transport_errors == 0
+
+    # ... and one rewritten after its commit is a transport error naming it, never
+    # appended to (a compressed file cannot be read from a byte offset).
+    (folder / "a.json.gz").write_bytes(gzip.compress(_jsonl(range(0, 1200))))
+    run(pipe, sqlite_url, wh, spark)  # type: ignore[arg-type]
+    assert _ids(wh) == list(range(3010))
+    st = status(sqlite_url, "p", "t", "files")
+    assert st.num_transport_errors == 1
+    assert "a.json.gz changed after it was committed" in st.transport_errors[-1]["message"]
+
+
+def test_file_input_corrupt_compressed_file_fails_naming_it(
+    spark: object, sqlite_url: str, tmp_path: object
+) -> None:
+    from pathlib import Path
+
+    from helpers import run, status
+
+    folder = Path(str(tmp_path)) / "drop"
+    folder.mkdir()
+    packed = gzip.compress(_jsonl(range(100)))
+    (folder / "bad.json.gz").write_bytes(packed[: len(packed) // 2])
+    wh = str(Path(str(tmp_path)) / "wh")
+    run(_file_spec(folder), sqlite_url, wh, spark, raise_on_failure=False)  # type: ignore[arg-type]
+    st = status(sqlite_url, "p", "t", "files")
+    assert st.state == "FAILED", st
+    assert "bad.json.gz is truncated" in (st.fatal_error or ""), st.fatal_error
+    assert "gzip data" in (st.fatal_error or "")
+    assert _ids(wh) == []
+
+
+def test_file_input_compression_config_and_resume_from_a_decompressed_offset(
+    tmp_path: object,
+) -> None:
+    from pathlib import Path
+
+    from airflow_connectors.catalog import transport_of
+    from airflow_connectors.transports.base import Cursor, KeyOffset, Limits, WorkItem
+
+    folder = Path(str(tmp_path))
+    data = _jsonl(range(5000))
+    (folder / "x.data").write_bytes(compress("zstd", data))  # no telling extension
+    pipe = _file_spec(folder / "x.data", compression="zstd", buffer_size_bytes=1000)
+    table = pipe.tables[0]  # type: ignore[attr-defined]
+    transport = transport_of(table.connectors[0], table)
+    [item] = list(transport.discover(Cursor(), Limits()))
+    assert (item.start, item.end, item.final) == (0, None, True)
+    assert b"".join(transport.read(item)) == data
+    # resumed mid-file: decompressed from its first byte, the committed bytes skipped
+    resumed = WorkItem(key=item.key, start=12_345, end=None, meta=item.meta)
+    assert b"".join(transport.read(resumed)) == data[12_345:]
+    # discovery after a partial commit plans the rest, from the decompressed offset
+    partial = KeyOffset(offset=12_345, records=1000, completed=False, meta=dict(item.meta))
+    [rest] = list(transport.discover(Cursor(offsets={item.key: partial}), Limits()))
+    assert (rest.start, rest.end, rest.records_done) == (12_345, None, 1000)
+    # compression: none reads the bytes as they are
+    plain = _file_spec(folder / "x.data", compression="none")
+    t2 = transport_of(plain.tables[0].connectors[0], plain.tables[0])  # type: ignore[attr-defined]
+    [raw] = list(t2.discover(Cursor(), Limits()))
+    assert (raw.start, raw.end) == (0, (folder / "x.data").stat().st_size)
+    # a followed compressed file is read once, whole: never as a growing file
+    followed = _file_spec(folder / "x.data", compression="zstd", follow=True)
+    t3 = transport_of(followed.tables[0].connectors[0], followed.tables[0])  # type: ignore[attr-defined]
+    [once] = list(t3.discover(Cursor(), Limits(appendable=True)))
+    assert (once.end, once.final) == (None, True)
+    done = KeyOffset(offset=len(data), records=5000, completed=True, meta=dict(once.meta))
+    assert list(t3.discover(Cursor(offsets={once.key: done}), Limits(appendable=True))) == []
+
+
+class TestFileInputCompressed(TransportConformance):
+    """``file_input`` over gzip (two members), zstd and bz2 files and a plain one runs
+    the conformance kit."""
+
+    @pytest.fixture
+    def source(self, tmp_path: Path) -> Source:
+        def lines(ids: range) -> bytes:
+            return b"".join(
+                json.dumps({"id": i, "name": f"n{i}", "amount": i / 4}).encode() + b"\n"
+                for i in ids
+            )
+
+        folder = tmp_path / "drop"
+        (folder / "2026").mkdir(parents=True)
+        (folder / "2026" / "a.json.gz").write_bytes(
+            gzip.compress(lines(range(0, 100))) + gzip.compress(lines(range(100, 200)))
+        )
+        (folder / "2026" / "b.json.zst").write_bytes(compress("zstd", lines(range(200, 400))))
+        (folder / "c.json.bz2").write_bytes(compress("bz2", lines(range(400, 550))))
+        (folder / "d.json").write_bytes(lines(range(550, 600)))
+        config = {"path": str(folder), "min_file_age": 0}
+        return Source(
+            transport="file_input",
+            config=config,
+            columns={"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE"},
+            format={"name": "json", "config": {"update_format": "raw"}},
+            records=[{"id": i, "name": f"n{i}", "amount": i / 4} for i in range(600)],
+            key_column="id",
+            unbounded_config={**config, "follow": True},
+            invalid_configs={"compression": {**config, "compression": "lzma"}},
+        )

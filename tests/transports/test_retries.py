@@ -285,3 +285,91 @@ def test_stream_closed_early_closes_the_source() -> None:
     assert next(stream) == DATA[:100]
     stream.close()  # type: ignore[attr-defined]
     assert src.closed == 1
+
+
+# --- file_input: transient OSErrors of a network mount ---------------------------------
+
+
+def _file_transport(path: object, **errors: object) -> object:
+    from airflow_connectors.catalog import parse_pipeline, transport_of
+
+    spec = parse_pipeline(
+        {
+            "pipeline": "p",
+            "tables": {
+                "t": {
+                    "columns": {"id": "BIGINT"},
+                    "connectors": [
+                        {
+                            "name": "files",
+                            "transport": {
+                                "name": "file_input",
+                                "config": {"path": str(path), "buffer_size_bytes": 1000},
+                            },
+                            "format": {"name": "json"},
+                            "errors": errors,
+                        }
+                    ],
+                }
+            },
+        }
+    )
+    table = spec.tables[0]
+    return transport_of(table.connectors[0], table)
+
+
+def test_file_input_retries_transient_os_errors_mid_read(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gzip
+    from pathlib import Path
+
+    from airflow_connectors.transports import file_input
+    from airflow_connectors.transports.base import WorkItem
+
+    data = b"".join(b'{"id": %d}\n' % i for i in range(3000))
+    plain = Path(str(tmp_path)) / "a.json"
+    plain.write_bytes(data)
+    packed = Path(str(tmp_path)) / "b.json.gz"
+    packed.write_bytes(gzip.compress(data))
+    real = file_input._read_range
+    faults = {"EIO": errno.EIO, "ESTALE": errno.ESTALE, "ETIMEDOUT": errno.ETIMEDOUT}
+    opened: list[tuple[str, int]] = []
+
+    def flaky(path: str, start: int, end: int | None, chunk: int) -> Iterator[bytes]:
+        # A network mount that fails once on open and once after 2,500 bytes.
+        opened.append((path, start))
+        if len(opened) == 1 and "ESTALE" in faults:
+            raise OSError(faults.pop("ESTALE"), "Stale file handle", path)
+        got = 0
+        for part in real(path, start, end, chunk):
+            yield part
+            got += len(part)
+            if got >= 2500 and "EIO" in faults:
+                raise OSError(faults.pop("EIO"), "Input/output error", path)
+
+    monkeypatch.setattr(file_input, "_read_range", flaky)
+    transport = _file_transport(tmp_path, **{"retry.delay.max.ms": 10})
+    with counting() as stats:
+        whole = b"".join(transport.read(WorkItem(str(plain), 0, len(data))))  # type: ignore[attr-defined]
+    assert whole == data
+    assert opened == [(str(plain), 0), (str(plain), 0), (str(plain), 3000)]
+    assert stats.count == 2
+
+    # a compressed file re-opened mid-body continues with the compressed byte reached
+    opened.clear()
+    faults.update(EIO=errno.EIO)
+    out = b"".join(transport.read(WorkItem(str(packed), 100, None)))  # type: ignore[attr-defined]
+    assert out == data[100:]
+    assert [s for _, s in opened] == [0, 3000]
+
+    # a missing file is permanent: no retry
+    with counting() as stats, pytest.raises(FileNotFoundError, match="listed for this batch"):
+        b"".join(transport.read(WorkItem(str(plain) + ".gone", 0, None)))  # type: ignore[attr-defined]
+    assert stats.count == 0
+
+    # retry.timeout: 0 turns retries off
+    faults.update(EIO=errno.EIO)
+    strict = _file_transport(tmp_path, **{"retry.timeout": 0})
+    with pytest.raises(OSError, match="Input/output error"):
+        b"".join(strict.read(WorkItem(str(plain), 0, len(data))))  # type: ignore[attr-defined]
