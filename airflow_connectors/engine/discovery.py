@@ -107,14 +107,20 @@ def discover(
             for message, key in transport.notices:
                 log.warning("%s: %s", ref, message)
                 store.record_transport_error(ref, message, source_key=key)
-            plans = []
-            for items in split(new_items, slots, ctx.connector.max_batch_size):
-                batch_ctx = BatchContext(
-                    ctx.pipeline, ctx.table, ctx.connector, ctx.warehouse, items
-                )
-                plans.append(batch_ctx.to_plan())
-            if plans:
-                planned = store.plan_batches(ref, plans)
+            groups = split(new_items, slots, ctx.connector.max_batch_size)
+            plans = [
+                BatchContext(ctx.pipeline, ctx.table, ctx.connector, ctx.warehouse, items).to_plan()
+                for items in groups
+            ]
+            # Planned with the listing's outcome, in one transaction, also when nothing
+            # was planned (state/watermark.py).
+            planned = store.plan_batches(
+                ref,
+                plans,
+                listed=True,
+                relisted_at=_relisted_at(transport, new_items, groups, limits),
+            )
+            if planned:
                 log.info(
                     "%s: planned %d batch(es) %s over %d new work item(s)",
                     ref,
@@ -130,6 +136,19 @@ def discover(
         return Discovery(ids, len(new_items), eoi)
     finally:
         store.release_lease(ref, owner)
+
+
+def _relisted_at(
+    transport: Transport, items: list[WorkItem], groups: list[list[WorkItem]], limits: Limits
+) -> float | None:
+    """The transport's ``relisted_at`` when its listing was a complete re-list and every
+    item it yielded is planned: not cut at ``max_items`` (possibly more to come) and not
+    cut by ``split`` (groups beyond the free slots wait for a later discovery)."""
+    if transport.relisted_at is None or len(items) >= limits.max_items:
+        return None
+    if sum(len(g) for g in groups) != len(items):
+        return None
+    return transport.relisted_at
 
 
 def new_data_fingerprint(

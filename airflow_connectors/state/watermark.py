@@ -155,18 +155,21 @@ def advance(conn: sa.Connection, ref: ConnectorRef) -> None:
 def record_listing(conn: sa.Connection, ref: ConnectorRef, relisted_at: float | None) -> None:
     """A discovery listed the source. ``relisted_at``: it was a complete re-list whose
     every item is planned in this transaction; it becomes ``late_after`` (which never
-    goes back) and the re-list count restarts. Otherwise the count goes up by one."""
+    goes back) and the re-list count restarts, and the rows it makes old enough
+    collapse now (an idle connector's state shrinks too). Otherwise the count goes up
+    by one."""
+    old = load(conn, ref, lock=True).late_after  # as commits: one at a time
     if relisted_at is None:
         c = s.connectors.c
         _set(conn, ref, since_relist=sa.func.coalesce(c.since_relist, 0) + 1)
         return
-    old = load(conn, ref).late_after
     _set(
         conn,
         ref,
         late_after=relisted_at if old is None else max(old, relisted_at),
         since_relist=0,
     )
+    advance(conn, ref)
 
 
 def release(conn: sa.Connection, ref: ConnectorRef, items: Sequence[WorkItem]) -> None:
