@@ -8,6 +8,7 @@ import logging
 import math
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -373,3 +374,102 @@ def test_file_input_retries_transient_os_errors_mid_read(
     strict = _file_transport(tmp_path, **{"retry.timeout": 0})
     with pytest.raises(OSError, match="Input/output error"):
         b"".join(strict.read(WorkItem(str(plain), 0, len(data))))  # type: ignore[attr-defined]
+
+
+# --- boto3 through the fault-injecting proxy, in front of the S3 test server -----------
+
+
+@pytest.fixture
+def proxy(s3_server: Any) -> Iterator[Any]:
+    from airflow_connectors.testing.faultproxy import FaultProxy
+
+    with FaultProxy(s3_server.endpoint_url) as p:
+        yield p
+
+
+def proxied_client(proxy: Any) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    from airflow_connectors.testing.s3server import ACCESS_KEY, REGION, SECRET_KEY
+
+    # botocore's own retries off: what is retried here is ours.
+    return boto3.client(
+        "s3",
+        endpoint_url=proxy.endpoint_url,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name=REGION,
+        config=Config(retries={"total_max_attempts": 1, "mode": "standard"}),
+    )
+
+
+def test_boto3_503_slow_down_and_a_dropped_connection_are_retried(
+    proxy: Any, s3_server: Any, s3_bucket: str
+) -> None:
+    from airflow_connectors.testing.faultproxy import Fault
+
+    body = b"".join(b'{"id": %d}\n' % i for i in range(1000))
+    s3_server.client().put_object(Bucket=s3_bucket, Key="in/a.json", Body=body)
+    client = proxied_client(proxy)
+    proxy.add(Fault.slow_down(), method="GET", path="in/a.json")
+    proxy.add(Fault.drop(), method="GET", path="in/a.json")
+    seen: list[str] = []
+    with counting() as stats:
+        got = retrying(
+            FAST,
+            f"s3://{s3_bucket}/in/a.json",
+            lambda: client.get_object(Bucket=s3_bucket, Key="in/a.json")["Body"].read(),
+            on_retry=lambda e, n, d: seen.append(type(e).__name__),
+        )
+    assert got == body
+    assert seen == ["ClientError", "ConnectionClosedError"]
+    assert stats.count == 2
+    assert proxy.injected == {"slow_down": 1, "drop": 1}
+    assert proxy.served == 1  # the GET that answered
+
+
+def test_boto3_permanent_403_is_not_retried(proxy: Any, s3_server: Any, s3_bucket: str) -> None:
+    from airflow_connectors.testing.faultproxy import Fault
+
+    s3_server.client().put_object(Bucket=s3_bucket, Key="k", Body=b"x")
+    client = proxied_client(proxy)
+    proxy.add(Fault.error(403, "AccessDenied", "Access Denied"), times=None)
+    with counting() as stats, pytest.raises(ClientError, match="AccessDenied"):
+        retrying(FAST, "k", lambda: client.get_object(Bucket=s3_bucket, Key="k"))
+    assert stats.count == 0
+    assert proxy.injected["403 AccessDenied"] == 1
+
+
+def test_boto3_reset_mid_body_resumes_with_a_ranged_get(
+    proxy: Any, s3_server: Any, s3_bucket: str
+) -> None:
+    from airflow_connectors.testing.faultproxy import Fault
+
+    body = bytes(range(256)) * 1024  # 256 KiB
+    s3_server.client().put_object(Bucket=s3_bucket, Key="big.bin", Body=body)
+    client = proxied_client(proxy)
+    ranges: list[str] = []
+
+    def open_at(offset: int) -> Iterator[bytes]:
+        ranges.append(f"bytes={offset}-")
+        answer = client.get_object(Bucket=s3_bucket, Key="big.bin", Range=f"bytes={offset}-")
+        return iter(answer["Body"].iter_chunks(8192))
+
+    # Resets after 1,000 and 70,001 bytes of two bodies, a 503 on a re-open, a delay.
+    proxy.add(Fault.reset_after(1000), path="big.bin")
+    proxy.add(Fault.reset_after(70_001), path="big.bin")
+    proxy.add(Fault.slow_down(), path="big.bin")
+    proxy.add(Fault.delay(0.05), path="big.bin")
+    with counting() as stats:
+        got = b"".join(retrying_stream(FAST, f"s3://{s3_bucket}/big.bin", open_at))
+    assert len(got) == len(body) and got == body  # nothing lost, nothing repeated
+    # Each re-open asks for the byte after the last one delivered (how many bytes before
+    # a reset reach the caller depends on the client's buffering).
+    offsets = [int(r.removeprefix("bytes=").rstrip("-")) for r in ranges]
+    assert len(offsets) == 4 and offsets[0] == 0
+    assert offsets == sorted(offsets) and offsets[1] <= 1000 <= offsets[1] + 70_001
+    assert offsets[2] <= offsets[1] + 70_001
+    assert offsets[3] == offsets[2]  # the 503 came before any byte of that answer
+    assert stats.count == 3
+    assert proxy.injected == {"reset": 2, "slow_down": 1, "delay": 1}
