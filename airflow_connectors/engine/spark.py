@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -50,3 +50,19 @@ def spark_session(settings: Settings, app_name: str = "airflow-connectors") -> S
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+def share_aws_environment(session: Any) -> None:
+    """Give the session's Python workers this process's ``AWS_*`` variables (S3 endpoint,
+    region, credentials: what a warehouse on ``s3://`` is written with), exactly as they
+    are now. They travel with each job's tasks (``SparkContext.environment``), so
+    executors on other machines get them too, and they never appear on a command line or
+    in Spark's configuration; variables unset since an earlier job are removed."""
+    from airflow_connectors.sinks._fs import AWS_VARIABLES, aws_environment
+
+    env = getattr(session.sparkContext, "environment", None)
+    if not isinstance(env, dict):  # a stand-in running the tasks in this process
+        return
+    for key in AWS_VARIABLES:
+        env.pop(key, None)
+    env.update(aws_environment())
