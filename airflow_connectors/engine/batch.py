@@ -24,6 +24,7 @@ from typing import Any
 from airflow_connectors import failpoints
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.engine.reader import ItemFailure, ingest_partition
+from airflow_connectors.engine.spark import share_aws_environment
 from airflow_connectors.sinks.base import Sink, SinkUnwritable
 from airflow_connectors.spec.redact import mask_text, secret_values
 from airflow_connectors.state.store import BatchStatus, ErrorRecord, ItemReceipt, StateStore
@@ -82,6 +83,7 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
         return _fail(store, ctx, sink, f"connector {ctx.ref}: {exc}", "transport", exc)
     failpoints.reach("before_sink_write")
     session = spark()
+    share_aws_environment(session)  # a warehouse on s3:// is written by the workers
     plan = json.dumps(ctx.to_plan().to_json())  # with this attempt
     failpoints.reach("sink_write_started")
     try:
