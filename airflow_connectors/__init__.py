@@ -50,8 +50,9 @@ def get_provider_info() -> dict[str, Any]:
                         "default": None,
                     },
                     "warehouse": {
-                        "description": "Folder where Parquet tables are written. Default: "
-                        "$AIRFLOW_HOME/connectors/warehouse.",
+                        "description": "Folder or s3://bucket/prefix URL where tables are "
+                        "written (S3 endpoint and credentials from the AWS_* environment). "
+                        "Default: $AIRFLOW_HOME/connectors/warehouse.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "/data/warehouse",

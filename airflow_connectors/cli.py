@@ -132,7 +132,8 @@ def _store_flags(p: argparse.ArgumentParser) -> None:
         help="SQLAlchemy URL (default: [connectors] state_store_url, else SQLite under $AIRFLOW_HOME/connectors)",
     )
     p.add_argument(
-        "--warehouse", help="folder of the Parquet tables (default: [connectors] warehouse)"
+        "--warehouse",
+        help="folder or s3://bucket/prefix URL of the tables (default: [connectors] warehouse)",
     )
 
 
@@ -223,6 +224,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from airflow_connectors.engine.runner import EmbeddedRunner
+    from airflow_connectors.spec.redact import mask_url
 
     if args.debug:
         logging.getLogger("airflow_connectors").setLevel(logging.DEBUG)
@@ -238,7 +240,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"run failed: {e.args[0]}", file=sys.stderr)
         return 1
     print(
-        f"pipeline {spec.name}: {report.batches} batch(es) committed in this run; state store {runner.store.safe_url}; warehouse {settings.warehouse}"
+        f"pipeline {spec.name}: {report.batches} batch(es) committed in this run; state store {runner.store.safe_url}; warehouse {mask_url(settings.warehouse)}"
     )
     for ep, rep in report.connectors.items():
         st = runner.store.status(_ref(spec.name, ep))
@@ -273,19 +275,24 @@ def _ref(pipeline: str, endpoint: str) -> Any:
 
 
 def _print_tables(spec: Any, runner: Any, show: int) -> None:
-    import pyarrow.dataset as ds
-
     from airflow_connectors.engine.context import table_sink
+    from airflow_connectors.sinks._fs import describe_error, parquet_dataset
+    from airflow_connectors.spec.redact import mask_url
 
     for table in spec.tables:
         sink = table_sink(spec.name, table, runner.settings.warehouse)
         for kind in ("rows", "errors"):
-            path = Path(sink.location(kind))
-            if not path.is_dir() or not any(path.glob("*.parquet")):
+            path = mask_url(sink.location(kind))  # a folder or an s3:// URL
+            try:
+                dataset = parquet_dataset(sink.location(kind))
+            except (OSError, ValueError) as e:
+                print(f"table {table.name}: {describe_error(path, e, 'read')}", file=sys.stderr)
+                break
+            if dataset is None:
                 if kind == "rows":
                     print(f"table {table.name}: no rows yet ({path})")
                 continue
-            data = ds.dataset(str(path), format="parquet").to_table()
+            data = dataset.to_table()
             label = table.name if kind == "rows" else f"{table.name}__errors"
             print(f"table {label}: {data.num_rows} rows at {path}")
             if show and kind == "rows":
@@ -479,7 +486,8 @@ def _connector_local(args: argparse.Namespace, entries: Any) -> Any:
         else:
             if args.reset or entries is not None:
                 store.edit_offsets(ref, entries)
-            return {"offsets": store.offsets(ref)}
+            mark = store.watermark(ref)
+            return {"offsets": store.offsets(ref), **({"watermark": mark} if mark else {})}
         return None
     finally:
         store.close()

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
+    import pyarrow.dataset as ds
     from pyarrow import fs as pafs
 
 #: URL schemes served by the S3 filesystem (``s3a`` is Hadoop's name for the same).
@@ -159,13 +160,33 @@ def is_s3(fs: pafs.FileSystem) -> bool:
     return bool(fs.type_name == "s3")
 
 
+def entries(fs: pafs.FileSystem, path: str) -> list[pafs.FileInfo]:
+    """Files and folders directly under folder ``path`` (empty when it does not exist)."""
+    from pyarrow import fs as pafs
+
+    return list(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
+
+
 def files(fs: pafs.FileSystem, path: str, suffix: str = "") -> list[str]:
     """Paths of the files (objects) directly under folder ``path`` whose name ends with
     ``suffix``, sorted; empty when the folder does not exist."""
     from pyarrow import fs as pafs
 
-    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(suffix))
+    return sorted(
+        i.path
+        for i in entries(fs, path)
+        if i.type == pafs.FileType.File and i.path.endswith(suffix)
+    )
+
+
+def parquet_dataset(location: str) -> ds.Dataset | None:
+    """The Parquet files directly in folder ``location`` (a path or ``s3://`` URL) as
+    one dataset, to read or count a table back; None when there is no such file."""
+    import pyarrow.dataset as ds
+
+    fs, path = filesystem(location)
+    names = files(fs, path, ".parquet")
+    return ds.dataset(names, filesystem=fs, format="parquet") if names else None
 
 
 #: pyarrow's S3 errors (``AWS Error <CODE> during ...``) and what the user should do.
@@ -183,8 +204,9 @@ _S3_ERRORS = (
 )  # fmt: skip
 
 
-def describe_error(location: str, error: BaseException) -> str:
-    """One line for an error writing ``location``: what is wrong and what to do. For S3:
+def describe_error(location: str, error: BaseException, action: str = "write") -> str:
+    """One line for an error to ``action`` (write, read) ``location``: what is wrong and
+    what to do. For S3:
     a missing bucket, denied access or an unreachable endpoint named as such (the URL's
     credentials, if any, masked); never a secret."""
     from airflow_connectors.spec.redact import mask_text, mask_url
@@ -196,10 +218,10 @@ def describe_error(location: str, error: BaseException) -> str:
         for needles, what, todo in _S3_ERRORS:
             if any(n in text for n in needles):
                 what = what.format(bucket=bucket_of(location), endpoint=_endpoint_name())
-                return f"cannot write {where}: {what}; {todo}"
+                return f"cannot {action} {where}: {what}; {todo}"
     if isinstance(error, OSError) and error.strerror:
         text = error.strerror + (f": {error.filename}" if error.filename else "")
-    return f"cannot write {where}: {mask_text(text, secrets)}"
+    return f"cannot {action} {where}: {mask_text(text, secrets)}"
 
 
 def _endpoint_name() -> str:

@@ -3,6 +3,12 @@
 
 Executors write each part to a staging folder outside the table; only a committed batch
 is moved in (file renames on one filesystem), so readers never see a crashed attempt.
+
+On an object store (the warehouse or ``path`` an ``s3://bucket/prefix`` URL) there are
+no renames: a part writer uploads its staged object under its final staged name, and
+publish copies each staged part server-side to its deterministic table name
+``part-<batch>-<part>.parquet``, then deletes the staging. A publish repeated after a
+crash (or beside a zombie's) overwrites the same objects, never adds others.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from airflow_connectors import failpoints
+from airflow_connectors.sinks import _fs
 from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkConfig, SinkUnwritable
 
 if TYPE_CHECKING:
@@ -27,9 +34,9 @@ class ParquetSinkConfig(SinkConfig):
 
     path: str | None = Field(
         default=None,
-        description="Folder of the table's Parquet files; its dead letters go to the "
-        "folder '<path>__errors' beside it. Unset: <warehouse>/<pipeline>/<table>, the "
-        "warehouse being [connectors] warehouse.",
+        description="Folder (or s3://bucket/prefix URL) of the table's Parquet files; "
+        "its dead letters go to '<path>__errors' beside it. Unset: "
+        "<warehouse>/<pipeline>/<table>, the warehouse being [connectors] warehouse.",
     )
     compression: Literal["snappy", "zstd", "gzip", "none"] = Field(
         default="snappy",
@@ -60,6 +67,9 @@ REMEDY = (
     "make it a writable folder, or point the warehouse (--warehouse, [connectors] "
     "warehouse) or the table's sink path at one"
 )
+
+
+REMEDY_URL = "the warehouse (--warehouse, [connectors] warehouse) or the table's sink path"
 
 
 def _blocker(path: str) -> str | None:
@@ -131,6 +141,56 @@ class _ParquetPart(PartWriter):
         self.rows = 0
 
 
+class _ObjectPart(PartWriter):
+    """A part on an object store, uploaded straight to its staged name: an S3 object
+    appears whole when its upload completes, so no temporary name is needed."""
+
+    def __init__(self, url: str, compression: str) -> None:
+        self.url = url
+        self.fs, self.path = _fs.filesystem(url)
+        self.compression = compression
+        self._writer: Any = None
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        import pyarrow.parquet as pq
+
+        if table.num_rows == 0:
+            return
+        try:
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(
+                    self.path, table.schema, compression=self.compression, filesystem=self.fs
+                )
+            self._writer.write_table(table, row_group_size=1 << 20)
+        except OSError as e:
+            raise SinkUnwritable(_fs.describe_error(self.url, e)) from e
+        self.rows += table.num_rows
+
+    def close(self) -> int:
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except OSError as e:
+                raise SinkUnwritable(_fs.describe_error(self.url, e)) from e
+        return self.rows
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            with contextlib.suppress(OSError):
+                self._writer.close()
+            self._writer = None
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(self.path)
+        self.rows = 0
+
+
+def _file_type() -> Any:
+    from pyarrow import fs as pafs
+
+    return pafs.FileType.File
+
+
 class ParquetSink(Sink):
     """The default sink: Parquet files under ``<warehouse>/<pipeline>/<table>`` (or
     ``path``), dead letters in ``<path>__errors``. Parts are staged under
@@ -142,16 +202,28 @@ class ParquetSink(Sink):
 
     def location(self, kind: Kind = "rows") -> str:
         """``path``, or ``<warehouse>/<pipeline>/<table>``; dead letters beside it with ``__errors``."""
-        base = self.config.path or os.path.join(self.warehouse, self.pipeline, self.table.name)
+        base = self.config.path or _fs.join(self.warehouse, self.pipeline, self.table.name)
         return base if kind == "rows" else f"{base}__errors"
 
+    @property
+    def on_object_store(self) -> bool:
+        """Whether the table is on an object store (published by copy, not rename)."""
+        return _fs.is_object_store(self.location())
+
     def _staging(self, batch_id: int, attempt: str | None = None) -> str:
-        root = os.path.join(self.warehouse, self.pipeline, "_staging", self.table.name)
-        return root if attempt is None else os.path.join(root, f"batch-{batch_id:010d}-{attempt}")
+        if _fs.is_object_store(self.warehouse) == self.on_object_store:
+            base = _fs.join(self.warehouse, self.pipeline)
+        else:  # the table's path and the warehouse are on different stores: stage beside it
+            base = self.location().rstrip("/").rsplit("/", 1)[0]
+        root = _fs.join(base, "_staging", self.table.name)
+        return root if attempt is None else _fs.join(root, f"batch-{batch_id:010d}-{attempt}")
 
     def prepare(self, batch_id: int, attempt: str) -> None:
         """Clears the attempt's staging folder and checks the table, dead-letter and
         staging folders can be written."""
+        if self.on_object_store:
+            self._prepare_object_store(batch_id, attempt)
+            return
         shutil.rmtree(self._staging(batch_id, attempt), ignore_errors=True)
         # On the driver, before Spark starts: an unwritable warehouse is one line naming
         # the path, not a failure of every Spark task.
@@ -162,9 +234,40 @@ class ParquetSink(Sink):
                     f"table {self.table.name}: cannot write {path}: {reason}; {REMEDY}"
                 )
 
+    def _prepare_object_store(self, batch_id: int, attempt: str) -> None:
+        """On the driver: every bucket the table, its dead letters and the staging use
+        exists and can be reached, and the staging can be written (a probe object inside
+        the attempt's staging, removed with it); else one line naming the URL."""
+        from pyarrow import fs as pafs
+
+        staging = self._staging(batch_id, attempt)
+        fs, path = _fs.filesystem(staging)
+        urls = (self.location("rows"), self.location("errors"), staging)
+        url = urls[0]
+        try:
+            for url in {_fs.bucket_of(u): u for u in reversed(urls)}.values():
+                bucket = _fs.bucket_of(url)
+                if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+                    raise SinkUnwritable(
+                        f"table {self.table.name}: cannot write {url}: bucket {bucket} does "
+                        f"not exist; create it, or point {REMEDY_URL} at an existing bucket"
+                    )
+            url = staging
+            _fs.remove_tree(fs, path)
+            with fs.open_output_stream(f"{path}/_probe") as out:
+                out.write(b"")
+        except OSError as e:
+            raise SinkUnwritable(
+                f"table {self.table.name}: {_fs.describe_error(url, e)} ({REMEDY_URL})"
+            ) from e
+
     def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:
         """A Parquet file ``part-<batch>-<part>.parquet`` in the attempt's staging folder."""
         name = f"part-{batch_id:010d}-{part:05d}.parquet"
+        if self.on_object_store:
+            return _ObjectPart(
+                _fs.join(self._staging(batch_id, attempt), kind, name), self.config.compression
+            )
         return _ParquetPart(
             os.path.join(self._staging(batch_id, attempt), kind, name), self.config.compression
         )
@@ -175,6 +278,9 @@ class ParquetSink(Sink):
         # Re-run after a crash between two parts (rolled forward), and possibly beside
         # another run publishing the same committed attempt (an Airflow retry beside a
         # zombie task): a part is done once it is in the table, whoever moved it.
+        if self.on_object_store:
+            self._publish_object_store(batch_id, attempt)
+            return
         staging = self._staging(batch_id, attempt)
         parts: list[tuple[str, str, str]] = []
         for kind in KINDS:
@@ -199,8 +305,43 @@ class ParquetSink(Sink):
                 raise unwritable(dest, e) from e
         self.discard(batch_id)
 
+    def _publish_object_store(self, batch_id: int, attempt: str) -> None:
+        """Copies each staged part server-side to its name in the table (an object that
+        is there already is overwritten by the same bytes), then deletes the staging."""
+        fs, staging = _fs.filesystem(self._staging(batch_id, attempt))
+        parts: list[tuple[str, str, str]] = []
+        for kind in KINDS:
+            dest_url = self.location(kind)
+            _, dest = _fs.filesystem(dest_url)
+            try:
+                names = _fs.files(fs, f"{staging}/{kind}", ".parquet")
+            except OSError as e:
+                raise SinkUnwritable(_fs.describe_error(self.location(kind), e)) from e
+            parts += [(src, f"{dest}/{src.rsplit('/', 1)[1]}", dest_url) for src in names]
+        for n, (src, dest, dest_url) in enumerate(parts):
+            if n:
+                failpoints.reach("mid_publish")
+            try:
+                fs.copy_file(src, dest)
+            except OSError as e:
+                # Beside another run publishing this attempt: it may have finished and
+                # deleted the staging; the part is published if it is in the table.
+                if fs.get_file_info(dest).type != _file_type():
+                    raise SinkUnwritable(_fs.describe_error(dest_url, e)) from e
+        self.discard(batch_id)
+
     def discard(self, batch_id: int, attempt: str | None = None) -> None:
         """Removes staging folders; never touches published parts."""
+        if self.on_object_store:
+            fs, root = _fs.filesystem(self._staging(batch_id))
+            if attempt is not None:
+                _fs.remove_tree(fs, f"{root}/batch-{batch_id:010d}-{attempt}")
+                return
+            prefix = f"{root}/batch-{batch_id:010d}-"
+            for info in _fs.entries(fs, root):
+                if info.path.startswith(prefix):
+                    _fs.remove_tree(fs, info.path)
+            return
         if attempt is not None:
             shutil.rmtree(self._staging(batch_id, attempt), ignore_errors=True)
             return

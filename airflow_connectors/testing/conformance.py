@@ -86,7 +86,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from pydantic import BaseModel, ValidationError
 
@@ -327,10 +326,13 @@ class Connector:
 
 
 def _read_parts(folder: str, schema: pa.Schema) -> pa.Table:
-    parts = sorted(Path(folder).glob("*.parquet")) if Path(folder).is_dir() else []
-    if not parts:
+    """The table's Parquet parts in ``folder`` (a path or an ``s3://`` URL)."""
+    from airflow_connectors.sinks._fs import parquet_dataset
+
+    dataset = parquet_dataset(folder)
+    if dataset is None:
         return schema.empty_table()
-    return pa.concat_tables([pq.read_table(p).select(schema.names) for p in parts])
+    return dataset.to_table(columns=schema.names)
 
 
 class TransportConformance:
