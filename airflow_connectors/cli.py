@@ -486,8 +486,7 @@ def _connector_local(args: argparse.Namespace, entries: Any) -> Any:
         else:
             if args.reset or entries is not None:
                 store.edit_offsets(ref, entries)
-            mark = store.watermark(ref)
-            return {"offsets": store.offsets(ref), **({"watermark": mark} if mark else {})}
+            return {"offsets": store.offsets(ref)}
         return None
     finally:
         store.close()
