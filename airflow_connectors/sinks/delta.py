@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import posixpath
 import time
 import uuid
 from dataclasses import dataclass
@@ -37,11 +36,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from airflow_connectors import failpoints
+from airflow_connectors.sinks import _fs
 from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkConfig, SinkUnwritable
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    import pyarrow.fs as pafs
     from deltalake import DeltaTable
 
 #: Custom commit metadata key naming the batch a commit added: ``<app_id>#<batch_id>``.
@@ -74,64 +73,33 @@ class DeltaSinkConfig(SinkConfig):
 # --- locations and filesystems ----------------------------------------------------
 
 
-def _is_s3(uri: str) -> bool:
-    return uri.startswith(("s3://", "s3a://"))
-
-
-def _join(base: str, *parts: str) -> str:
-    return posixpath.join(base, *parts) if _is_s3(base) else os.path.join(base, *parts)
-
-
 def storage_options(uri: str) -> dict[str, str] | None:
-    """delta-rs storage options for ``uri``: the ``AWS_*`` environment for S3 (endpoint,
-    credentials, region; plain HTTP allowed for an ``http://`` endpoint), else None."""
-    if not _is_s3(uri):
+    """delta-rs storage options for ``uri``: for S3 the ``AWS_*`` environment the
+    executors' filesystem uses too (:mod:`._fs`: endpoint, credentials, region; plain
+    HTTP allowed for an ``http://`` endpoint), else None."""
+    if not _fs.is_object_store(uri):
         return None
-    names = (
-        "AWS_ENDPOINT_URL",
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_REGION",
-        "AWS_DEFAULT_REGION",
-        "AWS_ALLOW_HTTP",
-    )
+    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ALLOW_HTTP")
     opts = {n: os.environ[n] for n in names if os.environ.get(n)}
-    if "AWS_REGION" not in opts and "AWS_DEFAULT_REGION" in opts:
-        opts["AWS_REGION"] = opts["AWS_DEFAULT_REGION"]
-    if opts.get("AWS_ENDPOINT_URL", "").startswith("http://"):
-        opts.setdefault("AWS_ALLOW_HTTP", "true")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        opts["AWS_REGION"] = region
+    endpoint = _fs.endpoint()
+    if endpoint:
+        opts["AWS_ENDPOINT_URL"] = endpoint
+        if endpoint.startswith("http://"):
+            opts.setdefault("AWS_ALLOW_HTTP", "true")
     return opts
 
 
-def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow filesystem for ``uri`` and the path in it: the local filesystem and an
-    absolute path, or S3 (endpoint, credentials and region from ``AWS_*``) and
-    ``bucket/key``."""
-    import pyarrow.fs as pafs
-
-    if not _is_s3(uri):
-        return pafs.LocalFileSystem(), os.path.abspath(uri)
-    kwargs: dict[str, Any] = {}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        scheme, _, host = endpoint.partition("://")
-        kwargs.update(endpoint_override=host.rstrip("/"), scheme=scheme)
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    if region:
-        kwargs["region"] = region
-    if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
-        kwargs.update(
-            access_key=os.environ["AWS_ACCESS_KEY_ID"],
-            secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
-            session_token=os.environ.get("AWS_SESSION_TOKEN"),
-        )
-    return pafs.S3FileSystem(**kwargs), uri.split("://", 1)[1].rstrip("/")
-
-
 def _why(e: BaseException) -> str:
+    """The first line of an error, secrets of the AWS environment masked."""
+    from airflow_connectors.spec.redact import mask_text
+
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    return lines[0] if lines else type(e).__name__
+    text = lines[0] if lines else type(e).__name__
+    secrets = [os.environ.get(n) for n in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")]
+    return mask_text(text, [v for v in secrets if v])
 
 
 # --- part writer (executors) ------------------------------------------------------
@@ -142,9 +110,9 @@ class _DeltaPart(PartWriter):
     a new file is started once one reaches ``target_file_size``."""
 
     def __init__(self, folder: str, part: int, compression: str, target: int) -> None:
-        self.fs, self.folder = filesystem(folder)
+        self.fs, self.folder = _fs.filesystem(folder)
         self.uri = folder
-        self.local = not _is_s3(folder)
+        self.local = not _fs.is_object_store(folder)
         self.part = part
         self.compression = compression
         self.target = target
@@ -188,7 +156,7 @@ class _DeltaPart(PartWriter):
             if self._stream.tell() >= self.target:
                 self._finish()
         except OSError as e:
-            raise SinkUnwritable(f"cannot write {self.uri}: {_why(e)}; {REMEDY}") from e
+            raise SinkUnwritable(f"{_fs.describe_error(self.uri, e)}; {REMEDY}") from e
         self.rows += table.num_rows
 
     def close(self) -> int:
@@ -196,7 +164,7 @@ class _DeltaPart(PartWriter):
         try:
             self._finish()
         except OSError as e:
-            raise SinkUnwritable(f"cannot write {self.uri}: {_why(e)}; {REMEDY}") from e
+            raise SinkUnwritable(f"{_fs.describe_error(self.uri, e)}; {REMEDY}") from e
         return self.rows
 
     def abort(self) -> None:
@@ -235,9 +203,9 @@ class DeltaSink(Sink):
 
     def location(self, kind: Kind = "rows") -> str:
         """``path``, or ``<warehouse>/<pipeline>/<table>``; dead letters beside it with ``__errors``."""
-        base = self.config.path or _join(self.warehouse, self.pipeline, self.table.name)
+        base = self.config.path or _fs.join(self.warehouse, self.pipeline, self.table.name)
         base = base.rstrip("/")
-        if not _is_s3(base):
+        if not _fs.scheme(base):
             base = os.path.abspath(base)
         return base if kind == "rows" else f"{base}__errors"
 
@@ -253,8 +221,8 @@ class DeltaSink(Sink):
         return self.table.arrow_schema() if kind == "rows" else errors_schema()
 
     def _attempt_dir(self, kind: Kind, batch_id: int, attempt: str | None = None) -> str:
-        batch = _join(self.location(kind), f"batch-{batch_id:010d}")
-        return batch if attempt is None else _join(batch, attempt)
+        batch = _fs.join(self.location(kind), f"batch-{batch_id:010d}")
+        return batch if attempt is None else _fs.join(batch, attempt)
 
     # -- prepare -------------------------------------------------------------------
 
@@ -285,13 +253,14 @@ class DeltaSink(Sink):
 
     def _check_writable(self, uri: str) -> None:
         where = f"table {self.table.name}: cannot write {uri}"
-        if _is_s3(uri):
-            fs, path = filesystem(uri)
+        if _fs.is_object_store(uri):
             try:
+                fs, path = _fs.filesystem(uri)
                 fs.get_file_info(path.split("/", 1)[0])  # the bucket answers
                 fs.get_file_info(path)
-            except OSError as e:
-                raise SinkUnwritable(f"{where}: {_why(e)}; {REMEDY}") from e
+            except (OSError, ValueError) as e:
+                message = _fs.describe_error(uri, e)
+                raise SinkUnwritable(f"table {self.table.name}: {message}; {REMEDY}") from e
             return
         probe = uri
         while not os.path.lexists(probe):
@@ -420,8 +389,8 @@ class DeltaSink(Sink):
         import pyarrow.parquet as pq
 
         uri = self._attempt_dir(kind, batch_id, attempt)
-        fs, folder = filesystem(uri)
-        root = filesystem(self.location(kind))[1]
+        fs, folder = _fs.filesystem(uri)
+        root = _fs.filesystem(self.location(kind))[1]
         try:
             infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
             parts = []
@@ -496,7 +465,7 @@ class DeltaSink(Sink):
         table's log lists)."""
         import pyarrow.fs as pafs
 
-        fs, folder = filesystem(self._attempt_dir(kind, batch_id))
+        fs, folder = _fs.filesystem(self._attempt_dir(kind, batch_id))
         try:
             infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
         except OSError:
@@ -528,12 +497,12 @@ class DeltaSink(Sink):
                 self._drop_attempts(kind, batch_id, keep=None)
             return
         for kind in KINDS:
-            fs, folder = filesystem(self._attempt_dir(kind, batch_id, attempt))
+            fs, folder = _fs.filesystem(self._attempt_dir(kind, batch_id, attempt))
             with contextlib.suppress(OSError):
                 if fs.get_file_info(folder).type == pafs.FileType.Directory:
                     fs.delete_dir(folder)
             with contextlib.suppress(OSError):
-                parent = filesystem(self._attempt_dir(kind, batch_id))
+                parent = _fs.filesystem(self._attempt_dir(kind, batch_id))
                 if not parent[0].get_file_info(pafs.FileSelector(parent[1], allow_not_found=True)):
                     parent[0].delete_dir(parent[1])
 

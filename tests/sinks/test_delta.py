@@ -110,7 +110,7 @@ def test_json_files_land_in_a_delta_table_readable_by_deltalake_and_duckdb(
     spark: Any, sqlite_url: str, tmp_path: Path
 ) -> None:
     source = write_source(tmp_path / "src", files=3, rows=500)
-    (tmp_path / "src" / "part-bad.json").write_text(
+    (tmp_path / "src" / "a-bad.json").write_text(
         '{"id": 9000, "name": "ok", "amount": 1.0, "day": "2024-02-01"}\nnot json\n'
     )
     wh = str(tmp_path / "wh")
@@ -141,7 +141,7 @@ def test_json_files_land_in_a_delta_table_readable_by_deltalake_and_duckdb(
     assert min(a["min.id"] for a in adds) == 0 and max(a["max.id"] for a in adds) == 9000
     # The bad line is a dead letter in the Delta table <table>__errors.
     dead = read_delta(f"{uri}__errors").to_pylist()
-    assert [(d["source_key"].endswith("part-bad.json"), d["raw_text"]) for d in dead] == [
+    assert [(d["source_key"].endswith("a-bad.json"), d["raw_text"]) for d in dead] == [
         (True, "not json")
     ]
     assert delta(f"{uri}__errors").transaction_version("p.events.files") == batch_id
@@ -537,7 +537,7 @@ def test_s3_warehouse_lands_rows_and_survives_a_kill_after_the_delta_commit(
     s3_env: Any, s3_bucket: str, tmp_path: Path
 ) -> None:
     source = write_source(tmp_path / "src", files=FILES, rows=ROWS)
-    (tmp_path / "src" / "part-bad.json").write_text("not json\n")
+    (tmp_path / "src" / "a-bad.json").write_text("not json\n")
     case = Case(
         tmp_path / "case", tmp_path / "src", f"s3://{s3_bucket}/wh", errors={"tolerance": "all"}
     )
