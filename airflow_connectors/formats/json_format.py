@@ -24,16 +24,14 @@ from pydantic import Field
 
 from airflow_connectors.formats._conform import coerce, mismatch
 from airflow_connectors.formats.base import (
-    BOM,
     DEFAULT_BLOCK_BYTES,
-    HEAD_BYTES,
+    MAX_RAW_TEXT,
     Decoded,
     Format,
     RecordError,
     RowError,
     _message,
     buffered,
-    check_text,
     clip,
     conform,
     isolate,
@@ -47,6 +45,8 @@ if TYPE_CHECKING:
     from airflow_connectors.spec.models import ColumnSpec
 
 _TEXT_PARSED = ("DATE", "TIME", "TIMESTAMP")  # JSON has no such types: read as strings
+#: Blocks of ``array: true`` objects are smaller: an array is often one large object.
+ARRAY_BLOCK_BYTES = 1 << 20
 
 
 class JsonConfig(StrictConfig):
@@ -127,20 +127,9 @@ class JsonFormat(Format):
         records are cut at line ends and braces. One bad record is one dead letter."""
         line = first_line if first_line is not None else (1 if at_start else None)
         if self.config.array:
-            data = b"".join(chunks)
-            if at_start:
-                check_text(data[:HEAD_BYTES], self.name, complete=len(data) <= HEAD_BYTES)
-            text = data.removeprefix(BOM) if at_start else data
-            try:
-                elements = _array_records(text)
-            except RowError as e:
-                error = RecordError(first_record, str(e), clip(text), line)
-                yield Decoded(self.schema.empty_table(), [error], 1, len(data))
-                return
-            records = [text for text, _ in elements]
-            lines = [None if line is None else line + at - 1 for _, at in elements]
-            tables, errors = isolate(records, self._decode_checked, first_record, clip, lines)
-            yield Decoded(self._concat(tables), errors, len(records), len(data))
+            yield from _ArrayStream(self, first_record, line, at_start=at_start).decode(
+                chunks, final=final
+            )
             return
         record = first_record
 
@@ -375,6 +364,19 @@ def _suspect(block: bytes) -> bool:
     return _BARE_NULL.search(block) is not None
 
 
+_LBRACE = ord("{")
+
+
+def _utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _check_record(record: bytes) -> None:
     """A record must be UTF-8 text holding one JSON object."""
     try:
@@ -404,78 +406,120 @@ def _check_record(record: bytes) -> None:
         )
 
 
-def _array_records(data: bytes) -> list[tuple[bytes, int]]:
-    """The elements of one or more consecutive JSON arrays, each as its text and the
-    line (1-based) where it starts."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise RowError(f"invalid UTF-8 at byte {e.start + 1}; JSON text must be UTF-8") from None
-    return _ArrayScan(text).records()
+class _ArrayStream:
+    """Decodes ``array: true`` objects a block at a time: the scanner of
+    :mod:`._json_array` cuts complete elements out of each block and they are decoded in
+    bulk as records, so memory stays bounded by the block plus the largest element.
 
+    Offsets advance past each complete element, so a read may resume after one. A
+    syntax error between elements (a missing comma, an unclosed array, a value that is
+    not an array) makes the rest of the object one dead letter naming the byte where it
+    is; the elements before it land."""
 
-class _ArrayScan:
-    """One pass over the text of consecutive JSON arrays, collecting their elements.
-    Lines are counted as the scan goes, so each element's line costs only the text
-    since the previous one."""
+    def __init__(
+        self, fmt: JsonFormat, first_record: int, line: int | None, *, at_start: bool
+    ) -> None:
+        from airflow_connectors.formats import _json_array
 
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.decoder = json.JSONDecoder()
-        self.out: list[tuple[bytes, int]] = []
-        self.line = 1
-        self.counted = 0
+        self.fmt = fmt
+        self.record = first_record
+        self.line = line
+        self.at_start = at_start
+        self.state = _json_array.OUT if at_start else _json_array.RESUME
+        self.offset = 0  # bytes of the read consumed before the current buffer
+        self.failed = False
 
-    def records(self) -> list[tuple[bytes, int]]:
-        pos = self._skip(0)
-        while pos < len(self.text):
-            pos = self._skip(self._array(self._open(pos)))
-        return self.out
+    def decode(self, chunks: Iterator[bytes], *, final: bool) -> Iterator[Decoded]:
+        """The records of the arrays in ``chunks``, block by block."""
+        fmt = self.fmt
+        self.final = final
 
-    def _open(self, pos: int) -> int:
-        """The position of the first element (or ``]``) of the array starting at
-        ``pos``; raises naming the value found there when it is not an array."""
-        if self.text[pos] != "[":
-            value, _ = self._decode(pos)
-            raise RowError(
-                f"expected a JSON array of records (format config array: true), got {type(value).__name__}"
+        def step(buf: bytes, at_end: bool) -> tuple[Decoded | None, int]:
+            out, used = self._step(buf, at_end)
+            if used:
+                self.offset += used
+            return out, used
+
+        steps = text_start(step, fmt.name, fmt.schema.empty_table) if self.at_start else step
+        yield from buffered(chunks, steps, block_bytes=min(fmt.block_bytes, ARRAY_BLOCK_BYTES))
+
+    def _step(self, buf: bytes, at_end: bool) -> tuple[Decoded | None, int]:
+        from airflow_connectors.formats import _json_array
+
+        if self.failed:  # the rest of an object past a syntax error
+            return Decoded(self.fmt.schema.empty_table(), [], 0), len(buf)
+        sc = _json_array.scan(buf, self.state, at_end=at_end and self.final)
+        if not sc.used and not sc.spans and sc.error is None:
+            return None, 0
+        self.state = sc.state
+        lines = self._lines(buf, [s for s, _ in sc.spans] + ([sc.error[0]] if sc.error else []))
+        table, errors = self._elements(buf, sc.spans, lines)
+        count = len(sc.spans)
+        used = sc.used
+        if sc.error is not None:
+            pos, msg = sc.error
+            at = f"byte {self.offset + pos + 1}" + ("" if self.at_start else " of the part read")
+            errors.append(
+                RecordError(
+                    self.record + count,
+                    f"invalid JSON array at {at}: {msg}"
+                    + ("; the rest of the object is not read" if pos < len(buf) else ""),
+                    clip(buf[pos : pos + MAX_RAW_TEXT + 1]),
+                    lines[-1],
+                )
             )
-        return self._skip(pos + 1)
+            count += 1
+            used = len(buf)
+            self.failed = True
+        if self.line is not None:
+            self.line += buf.count(b"\n", 0, used)
+        self.record += count
+        return Decoded(table, errors, count), used
 
-    def _array(self, pos: int) -> int:
-        """Collects the elements from ``pos`` to the array's ``]``; returns the position
-        after it."""
-        if self.text[pos : pos + 1] == "]":
-            return pos + 1
-        while True:
-            pos = self._skip(self._element(pos))
-            if self.text[pos : pos + 1] == ",":
-                pos = self._skip(pos + 1)
-            elif self.text[pos : pos + 1] == "]":
-                return pos + 1
-            else:
-                raise self._fail(pos, "expected ',' or ']' after an array element")
+    def _lines(self, buf: bytes, starts: list[int]) -> list[int | None]:
+        """The line each of ``starts`` (ascending positions in ``buf``) is on."""
+        if self.line is None:
+            return [None] * len(starts)
+        out: list[int | None] = []
+        line, at = self.line, 0
+        for s in starts:
+            line += buf.count(b"\n", at, s)
+            at = s
+            out.append(line)
+        return out
 
-    def _element(self, pos: int) -> int:
-        """Collects the element at ``pos`` with its line; returns where it ends."""
-        _, end = self._decode(pos)
-        self.line += self.text.count("\n", self.counted, pos)
-        self.counted = pos
-        self.out.append((self.text[pos:end].encode(), self.line))
-        return end
-
-    def _decode(self, pos: int) -> tuple[object, int]:
-        try:
-            return self.decoder.raw_decode(self.text, pos)
-        except json.JSONDecodeError as e:
-            raise self._fail(e.pos, e.msg) from e
-
-    def _skip(self, pos: int) -> int:
-        while pos < len(self.text) and self.text[pos].isspace():
-            pos += 1
-        return pos
-
-    def _fail(self, pos: int, msg: str) -> RowError:
-        return RowError(
-            f"invalid JSON at character {pos}: {msg}: {clip(self.text[pos : pos + 200])}"
+    def _elements(
+        self, buf: bytes, spans: list[tuple[int, int]], lines: list[int | None]
+    ) -> tuple[pa.Table, list[RecordError]]:
+        fmt = self.fmt
+        if not spans:
+            return fmt.schema.empty_table(), []
+        if all(buf[s] == _LBRACE for s, _ in spans):
+            data = b"\n".join([buf[s:e] for s, e in spans])
+            if _utf8(data):
+                try:
+                    table = fmt._decode(data, multiline=True)
+                    if table.num_rows == len(spans):
+                        return table, []
+                except Exception:
+                    pass
+        records = [buf[s:e] for s, e in spans]
+        tables, errors = isolate(
+            records, self._decode_checked, self.record, clip, lines[: len(spans)]
         )
+        return fmt._concat(tables), errors
+
+    def _decode_checked(self, records: Sequence[bytes]) -> pa.Table:
+        fmt = self.fmt
+        for r in records:
+            _check_record(r)
+        data = b"\n".join(records)
+        try:
+            table = fmt._decode(data, multiline=True)
+        except Exception as e:
+            if len(records) == 1:  # name the column that does not fit
+                raise RowError(fmt._diagnose(records[0], e)) from e
+            raise
+        if table.num_rows != len(records):
+            raise RowError(f"{table.num_rows} JSON values in one array element")
+        return table
