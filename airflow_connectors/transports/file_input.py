@@ -171,11 +171,10 @@ class FileInputTransport(Transport):
             or cursor.watermark is None
             or cursor.since_relist >= self.config.relist_every - 1
         )
-        first = 0 if full else bisect.bisect_right(files, cursor.watermark or "")
         relisted_at = started - self.config.relist_margin_s
         now = limits.now or time.time()
         emitted = 0
-        for path in files[first:]:
+        for path in files if full else _after_watermark(files, cursor):
             if emitted >= limits.max_items:
                 return  # cut: not a complete listing
             if path in cursor.in_flight:
@@ -352,6 +351,20 @@ class FileInputTransport(Transport):
     def describe(self) -> str:
         """The path, with ``(follow)`` when following."""
         return f"file_input: {self.config.path}{' (follow)' if self.config.follow else ''}"
+
+
+def _after_watermark(files: list[str], cursor: Cursor) -> list[str]:
+    """What a discovery that is not a re-list looks at, in path order: the files after
+    the watermark, and those up to it that still have an offsets row (appends to them
+    are read, changes noticed, as before they collapse)."""
+    w = cursor.watermark or ""
+    first = bisect.bisect_right(files, w)
+    below = []
+    for key in sorted(k for k in cursor.offsets if k <= w):
+        i = bisect.bisect_left(files, key, 0, first)
+        if i < first and files[i] == key:
+            below.append(key)
+    return below + files[first:]
 
 
 def _collapsed(path: str, changed: float, cursor: Cursor) -> bool:

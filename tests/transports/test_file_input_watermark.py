@@ -1,0 +1,185 @@
+"""``file_input`` with the watermark: committed files collapse into it, so the state stays
+bounded; a late file (a path below the watermark that appears after a re-list started)
+is read once, by the next re-list; a collapsed file is never read again unless it is
+rewritten; keys in flight, a crash between plan and commit and a stop that releases a
+planned batch keep it exact. The real engine (discovery, batches, the worker code and
+the Parquet sink, tasks run in this process: the conformance kit's ``Connector``) on
+SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_connectors.state.store import StateStore
+from airflow_connectors.testing.conformance import Connector, Source
+
+OLD = time.time() - 3600  # files written an hour ago (min_file_age is long past)
+
+
+def write(folder: Path, name: str, ids: range) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+    os.utime(path, (OLD, OLD))
+    return path
+
+
+def source(folder: Path, **config: Any) -> Source:
+    return Source(
+        transport="file_input",
+        config={"path": str(folder), **config},
+        columns={"id": "BIGINT NOT NULL"},
+        format={"name": "json", "config": {"update_format": "raw"}},
+        records=[],
+        key_column="id",
+        connector={"tasks_max": 1},
+    )
+
+
+@pytest.fixture
+def connect(store_url: str, tmp_path: Path) -> Iterator[Any]:
+    """A ``Connector`` of ``file_input`` over a folder, its state in ``store_url``."""
+    made: list[Connector] = []
+
+    def make(folder: Path, **config: Any) -> Connector:
+        c = Connector(source(folder, **config), tmp_path / f"c{len(made)}")
+        c.store.close()
+        c.store, c.store_url = StateStore(store_url), store_url
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def ids(c: Connector) -> list[int]:
+    table = c.table()
+    return sorted(table.column("id").to_pylist()) if table.num_rows else []
+
+
+def rows(c: Connector) -> int:
+    return len(c.store.offsets(c.ref))
+
+
+def cycle(c: Connector) -> list[int]:
+    """One discovery and its batches; returns the batch ids."""
+    found = c.discover()
+    c.run(found.batch_ids)
+    return found.batch_ids
+
+
+def test_offsets_stay_bounded_over_2000_files_in_20_batches(connect: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "drop"
+    c = connect(folder, relist_margin_s=0)
+    counts = []
+    for n in range(20):
+        for i in range(100):
+            k = n * 100 + i
+            write(folder, f"{n:02d}/{i:03d}.json", range(k, k + 1))
+        assert len(cycle(c)) == 1
+        counts.append(rows(c))
+    assert ids(c) == list(range(2000))
+    # Re-lists (the first discovery, then every 10th) collapse every committed file
+    # older than their start; between them, the rows are the files since the last one.
+    assert counts[0] == 1 and counts[10] == 1, counts
+    assert max(counts) == counts[9] == 900, counts
+    wm = c.store.watermark(c.ref)
+    assert wm is not None and wm["key"] == str(folder / "19" / "099.json")
+    # Nothing more to read, and end of input is known without the collapsed rows.
+    for _ in range(11):
+        assert cycle(c) == []
+    assert c.finalize() and ids(c) == list(range(2000)) and rows(c) == 1
+    assert c.status().total_records == 2000
+
+
+def test_a_late_file_below_the_watermark_is_read_once_by_the_relist(
+    connect: Any, tmp_path: Path
+) -> None:
+    folder = tmp_path / "drop"
+    write(folder, "b.json", range(0, 10))
+    write(folder, "c.json", range(10, 20))
+    c = connect(folder, relist_every=3, relist_margin_s=0)
+    cycle(c)
+    assert c.store.watermark(c.ref)["key"] == str(folder / "c.json")
+    time.sleep(0.05)  # the late file changes after the re-list started (coarse clocks)
+    # Moved in with an old mtime (as `mv` keeps it): its ctime still says it is late.
+    write(folder, "a.json", range(20, 25))
+    assert cycle(c) == []  # lists after the watermark only
+    assert c.store.cursor(c.ref).since_relist == 1
+    assert cycle(c) == []
+    assert len(cycle(c)) == 1  # every 3rd discovery re-lists: it finds it
+    assert ids(c) == list(range(25))
+    for _ in range(7):  # more re-lists: committed, never read again
+        assert cycle(c) == []
+    assert ids(c) == list(range(25)) and rows(c) == 1
+
+
+def test_a_collapsed_file_is_not_read_again_unless_rewritten(connect: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "drop"
+    first = write(folder, "a.json", range(0, 10))
+    write(folder, "b.json", range(10, 20))
+    c = connect(folder, relist_every=1, relist_margin_s=0)
+    cycle(c)
+    assert [o["key"] for o in c.store.offsets(c.ref)] == [str(folder / "b.json")]
+    for _ in range(3):  # every discovery is a re-list: a.json has no row, and stays read
+        assert cycle(c) == []
+    assert ids(c) == list(range(20)) and c.finalize()
+    # Rewritten in place after it collapsed: a new file to the watermark (Auto Loader's
+    # allowOverwrites), read again whole; documented on relist_every.
+    time.sleep(0.05)
+    first.write_text("".join(json.dumps({"id": i}) + "\n" for i in range(100, 103)))
+    os.utime(first, (OLD, OLD))
+    assert len(cycle(c)) == 1
+    assert ids(c) == [*range(20), 100, 101, 102]
+
+
+def test_in_flight_keys_a_crash_and_a_release_keep_it_exact(connect: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "drop"
+    write(folder, "a.json", range(0, 10))
+    c = connect(folder, relist_every=2, relist_margin_s=0)
+    planned = c.discover().batch_ids  # the run crashes here: planned, never committed
+    write(folder, "b.json", range(10, 20))
+    again = c.discover()
+    assert again.batch_ids == planned  # the same plan comes back (tasks_max 1: only it)
+    c.run(again.batch_ids)
+    assert ids(c) == list(range(10))
+    cycle(c)
+    assert ids(c) == list(range(20))
+    # A planned batch of a late file below the watermark, released by a stop.
+    time.sleep(0.05)
+    write(folder, "0.json", range(20, 30))
+    [late] = c.discover().batch_ids  # a re-list (every 2nd discovery) plans 0.json
+    assert c.store.cursor(c.ref).in_flight == {str(folder / "0.json")}
+    assert c.store.cursor(c.ref).watermark == str(folder / "b.json")
+    c.store.set_stopped(c.ref, True)
+    assert c.store.drop_planned_batch(late)
+    kept = {o["key"]: o["completed"] for o in c.store.offsets(c.ref)}
+    assert kept[str(folder / "0.json")] is False  # released: stays work, not collapsed
+    c.store.set_stopped(c.ref, False)
+    assert len(cycle(c)) == 1  # the next discovery re-lists and reads it
+    for _ in range(4):
+        assert cycle(c) == []
+    assert ids(c) == list(range(30)) and c.finalize()
+
+
+def test_followed_files_never_collapse(connect: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "drop"
+    for n in range(5):
+        write(folder, f"{n}.json", range(n * 10, n * 10 + 10))
+    c = connect(folder, follow=True, relist_margin_s=0)
+    for _ in range(3):
+        cycle(c)
+    assert rows(c) == 5 and ids(c) == list(range(50))
+    with (folder / "0.json").open("a") as fh:  # appends need the offsets
+        fh.write(json.dumps({"id": 50}) + "\n")
+    os.utime(folder / "0.json", (OLD + 1, OLD + 1))
+    cycle(c)
+    assert ids(c) == list(range(51))
