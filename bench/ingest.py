@@ -7,7 +7,10 @@ for each format and round:
 
 * engine: ``EmbeddedRunner(spec, ...).run()`` ingesting every file into a Parquet table
   (a fresh state store and warehouse per round);
-* raw:    ``spark.read.schema(s).json(dir).write.parquet(out)`` (``.csv(dir)`` for CSV).
+* raw:    ``spark.read.schema(s).json(dir).write.parquet(out)`` (``.csv(dir)`` for CSV);
+* with ``--sinks parquet,delta``, the engine once per sink (``engine`` into Parquet,
+  ``engine-delta`` into a Delta Lake table through the ``delta`` sink), each with its
+  ratio to the same raw Spark runs.
 
 Rounds interleave the two paths (alternating which goes first) after an untimed warm-up
 of each. Row counts of both outputs are checked outside the timed sections. Prints the
@@ -18,7 +21,8 @@ an ingested store), which must not start Spark.
 Exit status: 0 (a benchmark reports, it does not judge) unless a correctness check fails
 (row counts, or Spark started by a run that found nothing new): then 1.
 
-Usage: ``.venv/bin/python bench/ingest.py [--size-mib 1024] [--files 64] [--rounds 3]``
+Usage: ``.venv/bin/python bench/ingest.py [--size-mib 1024] [--files 64] [--rounds 3]
+[--sinks parquet,delta]``
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ GENERATOR_VERSION = 2
 SEED = 20260101
 MIB = 1 << 20
 FORMATS = ("json", "csv")
+SINKS = ("parquet", "delta")
 TARGETS = {"json": 0.7, "csv": 1.0}
 EXTENSIONS = {"json": "json", "csv": "csv"}
 
@@ -245,7 +250,7 @@ def warm_page_cache(paths: list[str]) -> None:
 # --- the two paths -------------------------------------------------------------------------
 
 
-def pipeline_doc(fmt: str, path: str) -> dict[str, Any]:
+def pipeline_doc(fmt: str, path: str, sink: str = "parquet") -> dict[str, Any]:
     fmt_spec = (
         {"name": "json", "config": {"update_format": "raw", "lines": "single"}}
         if fmt == "json"
@@ -256,6 +261,7 @@ def pipeline_doc(fmt: str, path: str) -> dict[str, Any]:
         "tables": {
             "events": {
                 "columns": COLUMNS,
+                "sink": {"name": sink},
                 "connectors": [
                     {
                         "name": fmt,
@@ -316,6 +322,20 @@ def run_engine(spark: Any, doc: dict[str, Any], work: Path, driver_memory: str) 
         "batches": rep.batches,
         "spark_started": report.spark_started,
     }
+
+
+def count_rows(spark: Any, path: str, out: str) -> int:
+    """Rows of an output: a Delta table (through its log) or a Parquet folder."""
+    if path == "engine-delta":
+        from deltalake import DeltaTable
+
+        return int(DeltaTable(out).to_pyarrow_dataset().count_rows())
+    return int(spark.read.parquet(out).count())
+
+
+def engine_path(sink: str) -> str:
+    """The name of the engine's timed path into ``sink``."""
+    return "engine" if sink == "parquet" else f"engine-{sink}"
 
 
 def run_raw(spark: Any, fmt: str, ddl: str, src: str, work: Path) -> dict[str, Any]:
@@ -424,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
         "--out-dir", type=Path, default=HERE / "out", help="outputs (a temp folder below it)"
     )
     parser.add_argument("--formats", default="json,csv", help="comma-separated: json,csv")
+    parser.add_argument(
+        "--sinks", default="parquet", help="comma-separated engine sinks: parquet,delta"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the Parquet outputs")
     parser.add_argument("--driver-memory", default="4g")
     args = parser.parse_args(argv)
@@ -433,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--formats: use json and/or csv, not {', '.join(sorted(unknown)) or '(none)'}"
         )
+    sinks = [x.strip() for x in args.sinks.split(",") if x.strip()]
+    if set(sinks) - set(SINKS) or not sinks:
+        parser.error(f"--sinks: use parquet and/or delta, not {args.sinks!r}")
     if args.rounds < 1 or args.files < 1 or args.size_mib < 1:
         parser.error("--rounds, --files and --size-mib must be >= 1")
 
@@ -466,7 +492,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for fmt in formats:
             d = data[fmt]
-            doc = pipeline_doc(fmt, os.path.join(d["dir"], f"*.{EXTENSIONS[fmt]}"))
+            src_glob = os.path.join(d["dir"], f"*.{EXTENSIONS[fmt]}")
+            docs = {engine_path(k): pipeline_doc(fmt, src_glob, k) for k in sinks}
+            doc = next(iter(docs.values()))
             ddl = spark_ddl(doc)
             print(
                 f"\n== {fmt}: {len(d['paths'])} files, {d['bytes'] / MIB:.0f} MiB, {d['rows']:,} rows"
@@ -479,25 +507,30 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             n_warm = min(len(d["paths"]), max(os.cpu_count() or 1, len(d["paths"]) // 8), 10)
             warm = os.path.join(d["dir"], f"part-0000[0-{n_warm - 1}].{EXTENSIONS[fmt]}")
-            run_engine(
-                spark, pipeline_doc(fmt, warm), tmp / fmt / "warm-engine", args.driver_memory
-            )
+            for k in sinks:
+                run_engine(
+                    spark,
+                    pipeline_doc(fmt, warm, k),
+                    tmp / fmt / f"warm-{engine_path(k)}",
+                    args.driver_memory,
+                )
             run_raw(spark, fmt, ddl, warm, tmp / fmt / "warm-raw")
             warm_page_cache(d["paths"])
             print(f"   warm-up ({n_warm} files each, page cache): {time.perf_counter() - t0:.1f} s")
 
-            times: dict[str, list[float]] = {"engine": [], "raw": []}
+            paths = [*docs, "raw"]
+            times: dict[str, list[float]] = {p: [] for p in paths}
             nn: dict[str, Any] | None = None
             for r in range(args.rounds):
-                order = ("engine", "raw") if r % 2 == 0 else ("raw", "engine")
+                order = paths[r % len(paths) :] + paths[: r % len(paths)]
                 line = []
                 failed_before = len(failures)
                 for path in order:
                     work = tmp / fmt / f"{path}-{r + 1}"
                     os.sync()  # start each timed run without the previous run's dirty pages
                     gc.collect()
-                    if path == "engine":
-                        res = run_engine(spark, doc, work, args.driver_memory)
+                    if path != "raw":
+                        res = run_engine(spark, docs[path], work, args.driver_memory)
                         if res["records"] != d["rows"] or res["parse_errors"]:
                             failures.append(
                                 f"{fmt} engine round {r + 1}: report says {res['records']:,} "
@@ -505,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
                             )
                     else:
                         res = run_raw(spark, fmt, ddl, d["dir"], work)
-                    count = spark.read.parquet(res["out"]).count()
+                    count = count_rows(spark, path, res["out"])
                     if count != d["rows"]:
                         failures.append(
                             f"{fmt} {path} round {r + 1}: {count:,} rows in the output, "
@@ -513,8 +546,8 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     times[path].append(res["seconds"])
                     line.append(f"{path} {res['seconds']:7.2f} s")
-                    if path == "engine" and r == args.rounds - 1:
-                        nn = nothing_new(doc, work, args.driver_memory)
+                    if path == paths[0] and r == args.rounds - 1:
+                        nn = nothing_new(docs[path], work, args.driver_memory)
                         if not nn["ok"]:
                             failures.append(f"{fmt}: nothing-new run: {nn}")
                     if not args.keep:
@@ -531,23 +564,27 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\n== summary (seconds; ratio = engine / raw Spark, lower is better)")
     header = (
-        f"{'format':6} {'MiB':>6} {'rows':>11} {'eng min':>8} {'eng med':>8} {'raw min':>8} "
+        f"{'format':13} {'MiB':>6} {'rows':>11} {'eng min':>8} {'eng med':>8} {'raw min':>8} "
         f"{'raw med':>8} {'ratio med':>9} {'ratio min':>9} {'target':>7}  result"
     )
     print(header)
     print("-" * len(header))
     for fmt, res in results.items():
-        e, w = res["times"]["engine"], res["times"]["raw"]
-        ratio_med = statistics.median(e) / statistics.median(w)
-        ratio_min = min(e) / min(w)
-        target = TARGETS[fmt]
-        verdict = "PASS" if ratio_med <= target else "MISS"
-        print(
-            f"{fmt:6} {res['data']['bytes'] / MIB:6.0f} {res['data']['rows']:11,} "
-            f"{fmt_s(min(e))} {fmt_s(statistics.median(e))} {fmt_s(min(w))} "
-            f"{fmt_s(statistics.median(w))} {ratio_med:9.2f} {ratio_min:9.2f} "
-            f"{'<=' + str(target):>7}  {verdict} (by median)"
-        )
+        w = res["times"]["raw"]
+        for path, e in res["times"].items():
+            if path == "raw":
+                continue
+            ratio_med = statistics.median(e) / statistics.median(w)
+            ratio_min = min(e) / min(w)
+            target = TARGETS[fmt]
+            verdict = "PASS" if ratio_med <= target else "MISS"
+            label = fmt if path == "engine" else f"{fmt}/{path.removeprefix('engine-')}"
+            print(
+                f"{label:13} {res['data']['bytes'] / MIB:6.0f} {res['data']['rows']:11,} "
+                f"{fmt_s(min(e))} {fmt_s(statistics.median(e))} {fmt_s(min(w))} "
+                f"{fmt_s(statistics.median(w))} {ratio_med:9.2f} {ratio_min:9.2f} "
+                f"{'<=' + str(target):>7}  {verdict} (by median)"
+            )
     for fmt, res in results.items():
         nn = res["nothing_new"]
         if nn is None:
