@@ -27,6 +27,7 @@ from airflow.sdk.exceptions import (
 )
 from airflow.sdk.log import mask_secret
 
+from airflow_connectors.airflow.connections import export_connections, install_resolver
 from airflow_connectors.airflow.hooks.spark import (
     DEFAULT_CONN_ID,
     connection_exists,
@@ -119,6 +120,7 @@ class _ConnectorOperator(BaseOperator):
         from airflow_connectors.engine.context import BatchContext
         from airflow_connectors.spec import SpecValidationError
 
+        install_resolver()  # transports resolve aws_conn_id through Airflow in this task
         doc = dict(self.connector)
         doc["transport"] = {**doc["transport"], "config": self.transport_config}
         if doc.get("format") and self.format_config is not None:
@@ -324,6 +326,12 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         # spark-submit's output (errors of the job) may quote the source's config.
         for secret in plan_secrets(plan.to_json()):
             mask_secret(secret)
+        # Connections the transport names reach the job as AIRFLOW_CONN_<ID> variables of
+        # this process's environment, which spark-submit inherits (never its arguments).
+        try:
+            export_connections(plan.connector.transport.config, f"{self.pipeline}.{self.endpoint}")
+        except LookupError as e:
+            raise AirflowFailException(str(e)) from None
         self.log.info(
             "connector %s.%s: ingesting batch %d", self.pipeline, self.endpoint, self.batch_id
         )
