@@ -276,7 +276,7 @@ def _ref(pipeline: str, endpoint: str) -> Any:
 
 def _print_tables(spec: Any, runner: Any, show: int) -> None:
     from airflow_connectors.engine.context import table_sink
-    from airflow_connectors.sinks._fs import describe_error, parquet_dataset
+    from airflow_connectors.sinks._fs import describe_error
     from airflow_connectors.spec.redact import mask_url
 
     for table in spec.tables:
@@ -284,15 +284,14 @@ def _print_tables(spec: Any, runner: Any, show: int) -> None:
         for kind in ("rows", "errors"):
             path = mask_url(sink.location(kind))  # a folder or an s3:// URL
             try:
-                dataset = parquet_dataset(sink.location(kind))
+                data = sink.read(kind)  # a Delta or Iceberg table through its metadata
             except (OSError, ValueError) as e:
                 print(f"table {table.name}: {describe_error(path, e, 'read')}", file=sys.stderr)
                 break
-            if dataset is None:
+            if data is None:
                 if kind == "rows":
                     print(f"table {table.name}: no rows yet ({path})")
                 continue
-            data = dataset.to_table()
             label = table.name if kind == "rows" else f"{table.name}__errors"
             print(f"table {label}: {data.num_rows} rows at {path}")
             if show and kind == "rows":
