@@ -99,3 +99,13 @@ class Sink(ABC):
     @abstractmethod
     def discard(self, batch_id: int, attempt: str | None = None) -> None:
         """Drop staged output of an attempt (or every attempt of the batch)."""
+
+    def read(self, kind: Kind = "rows") -> pa.Table | None:
+        """The table's rows (or dead letters) as a reader sees them now; None when it has
+        none yet. For summaries (the CLI's run) and tests. Default: the Parquet files
+        directly in :meth:`location`; table formats read through their own metadata.
+        Raises OSError or ValueError (one line) when the location cannot be read."""
+        from airflow_connectors.sinks._fs import parquet_dataset
+
+        dataset = parquet_dataset(self.location(kind))
+        return None if dataset is None else dataset.to_table()

@@ -224,6 +224,15 @@ class DeltaSink(Sink):
         batch = _fs.join(self.location(kind), f"batch-{batch_id:010d}")
         return batch if attempt is None else _fs.join(batch, attempt)
 
+    def read(self, kind: Kind = "rows") -> pa.Table | None:
+        """The rows of the Delta table's current version (through its log); None when
+        there is no table yet."""
+        try:
+            dt = self._open(kind)
+            return None if dt is None else dt.to_pyarrow_table()
+        except Exception as e:
+            raise OSError(f"cannot read the Delta table at {self.location(kind)}: {_why(e)}") from e
+
     # -- prepare -------------------------------------------------------------------
 
     def prepare(self, batch_id: int, attempt: str) -> None:
