@@ -617,3 +617,13 @@ tables:
 def test_describe(s3_server: S3Server) -> None:
     t = transport(s3_server, "bucket", prefix="in/", follow=True)
     assert re.fullmatch(r"s3_input: s3://bucket/in/ \(follow\)", t.describe())
+
+
+def test_s3_input_as_a_spark_data_source(s3_server: S3Server, s3_bucket: str, spark: Any) -> None:
+    put(s3_server, s3_bucket, "sds/a.json", json_lines(range(0, 30)))
+    put(s3_server, s3_bucket, "sds/b.json", json_lines(range(30, 50)))
+    reader = spark.read.format("s3_input").schema("id BIGINT, name STRING, amount DOUBLE")
+    for name, value in s3_server.config(s3_bucket, prefix="sds/").items():
+        reader = reader.option(name, str(value))
+    df = reader.option("format", "json").option("format.update_format", "raw").load()
+    assert sorted(r.id for r in df.collect()) == list(range(50))
