@@ -1,0 +1,439 @@
+"""Tables on object storage: the Parquet sink with the warehouse at ``s3://bucket/wh`` on
+the moto S3 server (127.0.0.1). Executors write through pyarrow's S3 filesystem; parts
+are staged under their final staged names and published by server-side copy to
+deterministic names, so a re-run or a repeated publish overwrites, never duplicates.
+
+The crash test SIGKILLs the ingest job (driver, JVM and Python workers) between the part
+write and the commit, between the commit and the publish, and in the middle of the
+publish; the next run (on the session's Spark, whose JVM was started without the AWS
+variables: its workers get them with each job) leaves the table equal to the source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from airflow_connectors.catalog import parse_pipeline
+from airflow_connectors.engine.batch import run_batch
+from airflow_connectors.engine.context import BatchContext
+from airflow_connectors.engine.discovery import context, discover
+from airflow_connectors.sinks import _fs
+from airflow_connectors.sinks.base import SinkUnwritable
+from airflow_connectors.sinks.parquet import ParquetSink, ParquetSinkConfig
+from airflow_connectors.state.store import BatchStatus, StateStore
+from airflow_connectors.testing.conformance import table_checksum
+from airflow_connectors.testing.jobs import kill, start_job, wait_for
+from airflow_connectors.testing.s3server import ACCESS_KEY, SECRET_KEY
+
+FILES = 3
+ROWS = 1_000  # per file
+COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE"}
+
+
+@dataclass
+class Source:
+    folder: Path
+    rows: pa.Table
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Source:
+    folder = tmp_path_factory.mktemp("source")
+    records = []
+    for f in range(FILES):
+        lines = []
+        for i in range(f * ROWS, (f + 1) * ROWS):
+            records.append({"id": i, "name": f"name-{i}-{'x' * (i % 13)}", "amount": i / 4})
+            lines.append(json.dumps(records[-1]))
+        (folder / f"part-{f:03d}.json").write_text("\n".join(lines) + "\n")
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64())])
+    return Source(folder, pa.Table.from_pylist(records, schema=schema))
+
+
+@pytest.fixture
+def aws_env(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """This process (and the jobs it starts) pointed at the test server, as users point
+    theirs at S3 or MinIO: the standard AWS variables."""
+    env = s3_server.env()
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return dict(env)
+
+
+def spec_doc(folder: Path, **connector: Any) -> dict[str, Any]:
+    return {
+        "pipeline": "p",
+        "tables": {
+            "events": {
+                "columns": COLUMNS,
+                "connectors": [
+                    {
+                        "name": "files",
+                        "tasks_max": 1,
+                        "transport": {
+                            "name": "file_input",
+                            "config": {"path": str(folder), "min_file_age": 0},
+                        },
+                        "format": {"name": "json", "config": {"update_format": "raw"}},
+                        **connector,
+                    }
+                ],
+            }
+        },
+    }
+
+
+def keys(s3: Any, bucket: str, prefix: str) -> dict[str, str]:
+    """Object key -> ETag under ``prefix`` (folder markers, keys ending in '/', left out)."""
+    found: dict[str, str] = {}
+    for page in s3.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            if not obj["Key"].endswith("/"):
+                found[obj["Key"]] = obj["ETag"]
+    return found
+
+
+def read(url: str) -> pa.Table:
+    dataset = _fs.parquet_dataset(url)
+    return pa.table({}) if dataset is None else dataset.to_table()
+
+
+def assert_equals_source(url: str, source: Source) -> None:
+    data = read(url).select(["id", "name", "amount"])
+    assert data.num_rows == source.rows.num_rows
+    assert len(set(data.column("id").to_pylist())) == source.rows.num_rows  # no duplicates
+    assert table_checksum(data, "id") == table_checksum(source.rows, "id")
+
+
+# --- the filesystem layer ----------------------------------------------------------
+
+
+def test_filesystem_of_paths_and_urls(aws_env: dict[str, str], tmp_path: Path) -> None:
+    fs, path = _fs.filesystem(str(tmp_path / "wh"))
+    assert fs.type_name == "local" and path == str(tmp_path / "wh")
+    fs, path = _fs.filesystem("s3://lake/wh/p/")
+    assert _fs.is_s3(fs) and path == "lake/wh/p"
+    assert _fs.join("s3://lake/wh/", "p", "t") == "s3://lake/wh/p/t"
+    assert _fs.join("/data/wh", "p", "t") == "/data/wh/p/t"
+    assert _fs.bucket_of("s3://lake/wh") == "lake" and _fs.bucket_of("/data") == ""
+    with pytest.raises(ValueError, match="unsupported URL scheme 'gs'"):
+        _fs.filesystem("gs://lake/wh")
+    with pytest.raises(ValueError, match="needs a bucket"):
+        _fs.filesystem("s3:///wh")
+    assert _fs.aws_environment()["AWS_ENDPOINT_URL"] == aws_env["AWS_ENDPOINT_URL"]
+
+
+# --- the sink on S3 ------------------------------------------------------------------
+
+
+def sink(warehouse: str) -> ParquetSink:
+    spec = parse_pipeline(spec_doc(Path("/nonexistent")))
+    return ParquetSink(ParquetSinkConfig(), pipeline="p", table=spec.tables[0], warehouse=warehouse)
+
+
+def stage(s: ParquetSink, batch_id: int, attempt: str, tables: list[pa.Table]) -> None:
+    s.prepare(batch_id, attempt)
+    for part, table in enumerate(tables):
+        w = s.writer(batch_id, attempt, part, "rows")
+        w.write(table)
+        assert w.close() == table.num_rows
+
+
+def test_publish_again_overwrites_the_same_objects(
+    aws_env: dict[str, str], s3_server: Any, s3_bucket: str, source: Source
+) -> None:
+    """Parts are uploaded to their staged names and copied to part-<batch>-<part>; a
+    second publish of the batch (a roll-forward beside a zombie) writes the same keys."""
+    s = sink(f"s3://{s3_bucket}/wh")
+    assert s.location() == f"s3://{s3_bucket}/wh/p/events" and s.on_object_store
+    halves = [source.rows.slice(0, 1500), source.rows.slice(1500)]
+    stage(s, 7, "1-a", halves)
+    staged = keys(s3_server, s3_bucket, "wh/p/_staging/")
+    assert sorted(k.rsplit("/", 1)[1] for k in staged) == [
+        "_probe",
+        "part-0000000007-00000.parquet",
+        "part-0000000007-00001.parquet",
+    ]
+    assert not [k for k in staged if ".tmp" in k]  # no temporary names on S3
+    s.publish(7, "1-a")
+    table = keys(s3_server, s3_bucket, "wh/p/events/")
+    assert sorted(table) == [
+        "wh/p/events/part-0000000007-00000.parquet",
+        "wh/p/events/part-0000000007-00001.parquet",
+    ]
+    assert keys(s3_server, s3_bucket, "wh/p/_staging/") == {}
+    s.publish(7, "1-a")  # again: nothing staged any more, nothing changes
+    assert keys(s3_server, s3_bucket, "wh/p/events/") == table
+
+    stage(s, 7, "1-a", halves)  # the same attempt staged and published once more
+    s.publish(7, "1-a")
+    assert keys(s3_server, s3_bucket, "wh/p/events/") == table  # same keys, same bytes
+    assert_equals_source(s.location(), source)
+    assert keys(s3_server, s3_bucket, "wh/p/_staging/") == {}
+
+    # A discarded attempt leaves the table alone.
+    stage(s, 8, "1-b", [source.rows.slice(0, 10)])
+    s.discard(8)
+    assert keys(s3_server, s3_bucket, "wh/p/_staging/") == {}
+    assert keys(s3_server, s3_bucket, "wh/p/events/") == table
+
+
+def test_missing_bucket_or_endpoint_is_one_line(
+    aws_env: dict[str, str], s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(SinkUnwritable) as missing:
+        sink("s3://no-such-bucket-h3/wh").prepare(1, "1-a")
+    message = str(missing.value)
+    assert message == (
+        "table events: cannot write s3://no-such-bucket-h3/wh/p/events: bucket "
+        "no-such-bucket-h3 does not exist; create it, or point the warehouse "
+        "(--warehouse, [connectors] warehouse) or the table's sink path at an existing "
+        "bucket"
+    )
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(SinkUnwritable) as unreachable:
+        sink(f"s3://{s3_bucket}/wh").prepare(1, "1-a")
+    message = str(unreachable.value)
+    assert "\n" not in message and SECRET_KEY not in message
+    assert message.startswith(f"table events: cannot write s3://{s3_bucket}/wh/p/")
+    assert "the S3 endpoint http://127.0.0.1:9 cannot be reached; check AWS_ENDPOINT_URL" in (
+        message
+    )
+
+
+# --- the CLI, end to end ------------------------------------------------------------
+
+
+def cli(*args: str, env: dict[str, str], home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_connectors.cli", *args],
+        env={**os.environ, **env, "AIRFLOW_HOME": str(home), "PYSPARK_PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_run_into_an_s3_warehouse(
+    aws_env: dict[str, str], s3_server: Any, s3_bucket: str, source: Source, tmp_path: Path
+) -> None:
+    """``airflow-connectors run`` with the warehouse on S3 (AIRFLOW__CONNECTORS__WAREHOUSE):
+    rows and dead letters land as deterministic objects, readable from S3; a second run
+    adds nothing; no secret is printed."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for f in source.folder.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    (folder / "zz-bad.json").write_text('{"id": 99999, "name": "bad", "amount": "x"}\n')
+    spec = tmp_path / "p.json"
+    spec.write_text(json.dumps(spec_doc(folder, errors={"tolerance": "all"})))
+    env = {
+        **aws_env,
+        "AIRFLOW__CONNECTORS__WAREHOUSE": f"s3://{s3_bucket}/wh",
+        "AIRFLOW__CONNECTORS__STATE_STORE_URL": f"sqlite:///{tmp_path / 'state.db'}",
+        "AIRFLOW__CONNECTORS__SPARK_MASTER": "local[1]",
+    }
+    out = cli("run", str(spec), env=env, home=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert f"warehouse s3://{s3_bucket}/wh" in out.stdout
+    assert f"table events: {FILES * ROWS} rows at s3://{s3_bucket}/wh/p/events" in out.stdout
+    assert f"table events__errors: 1 rows at s3://{s3_bucket}/wh/p/events__errors" in out.stdout
+    for secret in (SECRET_KEY, ACCESS_KEY):
+        assert secret not in out.stdout + out.stderr
+
+    assert_equals_source(f"s3://{s3_bucket}/wh/p/events", source)
+    [dead] = read(f"s3://{s3_bucket}/wh/p/events__errors").to_pylist()
+    assert dead["source_key"].endswith("zz-bad.json") and dead["record_number"] == 1
+    table = keys(s3_server, s3_bucket, "wh/p/events/")
+    names = [k.rsplit("/", 1)[1] for k in table]
+    assert names and all(re.fullmatch(r"part-\d{10}-\d{5}\.parquet", n) for n in names), names
+    assert keys(s3_server, s3_bucket, "wh/p/_staging/") == {}
+
+    again = cli("run", str(spec), env=env, home=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "0 batch(es) committed" in again.stdout
+    assert keys(s3_server, s3_bucket, "wh/p/events/") == table
+
+
+def test_run_into_a_missing_bucket_fails_in_one_line(
+    aws_env: dict[str, str], source: Source, tmp_path: Path
+) -> None:
+    spec = tmp_path / "p.json"
+    spec.write_text(json.dumps(spec_doc(source.folder)))
+    out = cli(
+        "run",
+        str(spec),
+        "--warehouse",
+        "s3://no-such-bucket-h3/wh",
+        "--state-store-url",
+        f"sqlite:///{tmp_path / 'state.db'}",
+        env=aws_env,
+        home=tmp_path,
+    )
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr and SECRET_KEY not in out.stdout + out.stderr
+    assert (
+        "events.files: connector p.events.files: table events: cannot write "
+        "s3://no-such-bucket-h3/wh/p/events: bucket no-such-bucket-h3 does not exist; "
+        "create it" in out.stderr
+    ), out.stderr
+
+
+# --- SIGKILL at the fail points ------------------------------------------------------
+
+POINTS = ["after_sink_write", "after_commit", "mid_publish"]
+BAD_LINE = '{"id": 99999, "name": "bad", "amount": "x"}'
+
+
+@dataclass
+class Case:
+    point: str
+    root: Path
+    store_url: str
+    ctx: BatchContext
+    batch_id: int
+    #: Command lines of the job's processes (driver, JVM, workers) when it was killed.
+    command_lines: list[str] = field(default_factory=list)
+
+    @property
+    def table(self) -> str:
+        return f"{self.ctx.warehouse}/p/events"
+
+    def store(self) -> StateStore:
+        return StateStore(self.store_url)
+
+
+def plan_case(root: Path, point: str, bucket: str, folder: Path) -> Case:
+    root.mkdir(parents=True)
+    spec = parse_pipeline(spec_doc(folder, errors={"tolerance": "all"}))
+    table = spec.tables[0]
+    store_url = f"sqlite:///{root / 'state.db'}"
+    ctx = context(spec, table, table.connectors[0], f"s3://{bucket}/{point}")
+    store = StateStore(store_url)
+    try:
+        found = discover(store, ctx)
+    finally:
+        store.close()
+    assert found.new_items == FILES + 1 and len(found.batch_ids) == 1
+    return Case(point, root, store_url, ctx, found.batch_ids[0])
+
+
+def no_spark() -> Any:
+    raise AssertionError("a committed batch asked for Spark")
+
+
+@pytest.fixture
+def killed(
+    aws_env: dict[str, str], s3_bucket: str, source: Source, tmp_path: Path
+) -> Iterator[dict[str, Case]]:
+    """One job per fail point, started together, each SIGKILLed at its point. The batch
+    has rows and a dead letter: at least two parts to publish (rows, then errors)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for f in source.folder.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    (folder / "zz-bad.json").write_text(BAD_LINE + "\n")
+    cases = {p: plan_case(tmp_path / p, p, s3_bucket, folder) for p in POINTS}
+    for case in cases.values():
+        (case.root / "marks").mkdir()
+    jobs = {
+        p: start_job([c.batch_id], c.store_url, c.root / "marks", p, spark_master="local[1]")
+        for p, c in cases.items()
+    }
+    try:
+        for p, proc in jobs.items():
+            wait_for(cases[p].root / "marks" / p, proc)
+            cases[p].command_lines = command_lines(proc.pid)
+            kill(proc)
+        yield cases
+    finally:
+        for proc in jobs.values():
+            if proc.poll() is None:
+                kill(proc)
+
+
+def command_lines(group: int) -> list[str]:
+    """The command lines of the processes in process group ``group``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) == group:
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, UnicodeDecodeError):
+            continue  # gone meanwhile
+    return found
+
+
+def published(s3: Any, bucket: str, point: str) -> dict[str, str]:
+    """Parts in the table and its dead-letter table."""
+    return keys(s3, bucket, f"{point}/p/events/") | keys(s3, bucket, f"{point}/p/events__errors/")
+
+
+def test_sigkill_at_each_fail_point_then_next_run(
+    spark: Any, killed: dict[str, Case], s3_server: Any, s3_bucket: str, source: Source
+) -> None:
+    for point, case in killed.items():
+        # The AWS variables reached the job's driver and its Spark's JVM and workers
+        # through their environment, never a command line.
+        java = [c for c in case.command_lines if "java" in c.split(" ", 1)[0]]
+        assert java and len(case.command_lines) >= 2, case.command_lines
+        assert not [c for c in case.command_lines if SECRET_KEY in c or ACCESS_KEY in c]
+        table = published(s3_server, s3_bucket, point)
+        staged = [
+            k.rsplit("/", 1)[1]
+            for k in keys(s3_server, s3_bucket, f"{point}/p/_staging/")
+            if k.endswith(".parquet")
+        ]
+        store = case.store()
+        try:
+            committed = store.load_batch(case.batch_id).status == BatchStatus.COMMITTED
+            # Parts are staged under their final names (rows and dead letters), never in
+            # the table before the commit.
+            assert len(staged) >= 2 and all(n.startswith("part-") for n in staged), point
+            if point == "after_sink_write":
+                assert (len(table), committed) == (0, False), point
+            elif point == "after_commit":
+                assert (len(table), committed) == (0, True), point
+                # The killed task's retry finds the batch committed and publishes it.
+                assert not run_batch(store, case.batch_id, no_spark).committed
+            else:  # mid_publish: one part copied into the table, the kill before the next
+                assert (len(table), committed) == (1, True), point
+            first = dict(table)
+            # The connector's next run: discovery rolls forward the publish, the pending
+            # batch runs on real Spark (workers get the AWS variables with the job).
+            found = discover(store, case.ctx)
+            assert found.new_items == 0, point
+            for b in found.batch_ids:
+                assert run_batch(store, b, lambda: spark).committed, point
+            assert not run_batch(store, case.batch_id, no_spark).committed
+            assert store.unpublished_batches(case.ctx.ref) == [], point
+            assert store.pending_batches(case.ctx.ref) == [], point
+        finally:
+            store.close()
+        assert_equals_source(case.table, source)
+        [dead] = read(f"{case.table}__errors").to_pylist()
+        assert dead["source_key"].endswith("zz-bad.json"), point
+        after = published(s3_server, s3_bucket, point)
+        names = sorted(k.rsplit("/", 1)[1] for k in after)
+        prefix = f"part-{case.batch_id:010d}-"
+        assert all(n.startswith(prefix) for n in names), (point, names)
+        if point != "after_sink_write":  # not re-run: the killed attempt was committed
+            # The deterministic names of its staged parts, nothing else; the part
+            # published before the kill was overwritten under its name, not added again.
+            assert names == sorted(staged), point
+        assert set(first) <= set(after), point
+        assert keys(s3_server, s3_bucket, f"{point}/p/_staging/") == {}, point
