@@ -212,7 +212,7 @@ def describe_error(location: str, error: BaseException, action: str = "write") -
     from airflow_connectors.spec.redact import mask_text, mask_url
 
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
-    secrets = [v for k, v in _s3_secret_values().items() if v]
+    secrets = aws_secret_values()
     where = mask_url(location)
     if is_object_store(location):
         for needles, what, todo in _S3_ERRORS:
@@ -231,8 +231,8 @@ def _endpoint_name() -> str:
     return mask_url(url) if url else "of AWS"
 
 
-def _s3_secret_values() -> dict[str, str | None]:
-    return {
-        "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY"),
-        "AWS_SESSION_TOKEN": os.environ.get("AWS_SESSION_TOKEN"),
-    }
+def aws_secret_values() -> list[str]:
+    """The secrets among this process's AWS variables (secret key, session token): what
+    log maskers must hide."""
+    names = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+    return [v for v in (os.environ.get(n) for n in names) if v]

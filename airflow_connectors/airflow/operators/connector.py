@@ -37,6 +37,7 @@ from airflow_connectors.airflow.hooks.spark import (
 )
 from airflow_connectors.engine.spark import DRIVER_JAVA_OPTIONS
 from airflow_connectors.settings import Settings
+from airflow_connectors.sinks._fs import aws_secret_values
 from airflow_connectors.spec.models import ConnectorSpec, TableSpec
 from airflow_connectors.spec.redact import secret_fields, secret_values
 from airflow_connectors.state.store import ConnectorRef, ConnectorStopped, StateStore
@@ -315,6 +316,11 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         for secret in secret_values(settings.state_store_url):
             mask_secret(secret)
         os.environ["AIRFLOW__CONNECTORS__STATE_STORE_URL"] = settings.state_store_url
+        # A warehouse on s3:// is written with the AWS_* variables of this process, which
+        # spark-submit inherits (never --conf or arguments); the job hands them to its
+        # executors with each Spark job. Their secrets stay out of this task's log.
+        for secret in aws_secret_values():
+            mask_secret(secret)
         with _state_store(settings) as store:
             try:
                 plan = store.load_batch(self.batch_id).plan
