@@ -367,6 +367,32 @@ def test_compressed_objects_stream_whole_and_resume_by_decompressed_offset(
         c.close()
 
 
+def test_transient_faults_are_retried_and_a_reset_resumes_mid_body(
+    s3_server: S3Server, s3_bucket: str
+) -> None:
+    from airflow_connectors.testing.faultproxy import Fault, FaultProxy
+    from airflow_connectors.transports.retry import RetryPolicy
+
+    body = json_lines(range(4000))
+    put(s3_server, s3_bucket, "x/big.json", body)
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        t = transport(s3_server, s3_bucket, prefix="x/", endpoint_url=proxy.endpoint_url)
+        t.retry = RetryPolicy(timeout_s=30, max_delay_s=0.05, base_delay_s=0.01)
+        proxy.add(Fault.slow_down(), method="GET", path="list-type=2")
+        [item] = listed(t, Cursor())
+        proxy.add(Fault.error(500, "InternalError"), method="GET", path="x/big.json")
+        proxy.add(Fault.reset_after(20_000), method="GET", path="x/big.json", times=2)
+        assert b"".join(t.read(item)) == body  # no byte lost or repeated
+        assert proxy.injected == {"slow_down": 1, "500 InternalError": 1, "reset": 2}
+        ranged = [p for m, p in proxy.requests if m == "GET" and "x/big.json" in p]
+        assert len(ranged) == 4
+        # Refused: raised at once, never retried.
+        proxy.add(Fault.error(403, "AccessDenied"), method="GET", path="x/big.json")
+        with pytest.raises(PermissionError, match=f"s3://{s3_bucket}/x/big.json.*AccessDenied"):
+            b"".join(t.read(item))
+        assert len([p for m, p in proxy.requests if "x/big.json" in p]) == 5
+
+
 # --- credentials ---------------------------------------------------------------------------
 
 
