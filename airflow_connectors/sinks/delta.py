@@ -345,17 +345,17 @@ class DeltaSink(Sink):
 
         for _ in range(MAX_CONFLICTS):
             dt = self._open(kind)
-            if dt is not None and self._recorded(dt, kind, batch_id):
+            if dt is not None and self._recorded(dt, batch_id, attempt):
                 return
             parts = self._parts(kind, batch_id, attempt)
             if not parts and (kind == "errors" or dt is not None):
                 return  # nothing to add; an empty batch still creates the rows table
             try:
                 if dt is None:
-                    self._create(kind, batch_id, parts)
+                    self._create(kind, batch_id, attempt, parts)
                 else:
                     self._check_schema(dt, kind)
-                    self._append(dt, kind, batch_id, parts)
+                    self._append(dt, kind, batch_id, attempt, parts)
                 return
             except CommitFailedError:
                 continue  # a concurrent commit of this connector: look again
@@ -376,21 +376,27 @@ class DeltaSink(Sink):
             f"concurrent commits to {self.location(kind)}; the next run retries it"
         )
 
-    def _recorded(self, dt: DeltaTable, kind: Kind, batch_id: int) -> bool:
-        """Whether the table holds the batch already: the connector's app transaction is
-        at the batch, or (a later batch of the connector published first) the batch's
-        files are in the table or one of its commits names the batch."""
+    def _recorded(self, dt: DeltaTable, batch_id: int, attempt: str) -> bool:
+        """Whether the table holds the committed attempt already. Below the connector's
+        app transaction it cannot (the common case, decided without reading the log's
+        files). At or past it the attempt is looked up: its files in the table, or a
+        commit naming it (its files since compacted away). That covers a re-run after a
+        crash, a later batch of the connector published first (``tasks_max`` > 1), and
+        a state store started afresh whose batch ids an older life of the connector
+        already used."""
         version = dt.transaction_version(self.app_id)
         if version is None or version < batch_id:
             return False
-        if version == batch_id:
-            return True
-        prefix = f"batch-{batch_id:010d}/"
+        prefix = f"batch-{batch_id:010d}/{attempt}/"
         paths = dt.get_add_actions().column("path").to_pylist()
         if any(str(p).startswith(prefix) for p in paths):
             return True
-        mark = f"{self.app_id}#{batch_id}"
+        mark = self._mark(batch_id, attempt)
         return any(c.get(BATCH_KEY) == mark for c in dt.history())
+
+    def _mark(self, batch_id: int, attempt: str) -> str:
+        """What a batch's commits carry under :data:`BATCH_KEY`."""
+        return f"{self.app_id}#{batch_id}#{attempt}"
 
     def _parts(self, kind: Kind, batch_id: int, attempt: str) -> list[_Part]:
         """The attempt's finished Parquet files, with their sizes and statistics."""
@@ -432,15 +438,15 @@ class DeltaSink(Sink):
 
         return [AddAction(p.path, p.size, {}, p.mtime_ms, True, p.stats) for p in parts]
 
-    def _properties(self, batch_id: int, version: int) -> Any:
+    def _properties(self, batch_id: int, attempt: str, version: int) -> Any:
         from deltalake import CommitProperties, Transaction
 
         return CommitProperties(
-            custom_metadata={BATCH_KEY: f"{self.app_id}#{batch_id}"},
+            custom_metadata={BATCH_KEY: self._mark(batch_id, attempt)},
             app_transactions=[Transaction(self.app_id, version)],
         )
 
-    def _create(self, kind: Kind, batch_id: int, parts: list[_Part]) -> None:
+    def _create(self, kind: Kind, batch_id: int, attempt: str, parts: list[_Part]) -> None:
         from deltalake import Schema
         from deltalake.transaction import create_table_with_add_actions
 
@@ -452,10 +458,12 @@ class DeltaSink(Sink):
             mode="error",
             name=self.table.name if kind == "rows" else f"{self.table.name}__errors",
             storage_options=storage_options(uri),
-            commit_properties=self._properties(batch_id, batch_id),
+            commit_properties=self._properties(batch_id, attempt, batch_id),
         )
 
-    def _append(self, dt: DeltaTable, kind: Kind, batch_id: int, parts: list[_Part]) -> None:
+    def _append(
+        self, dt: DeltaTable, kind: Kind, batch_id: int, attempt: str, parts: list[_Part]
+    ) -> None:
         # The version never goes down (a batch published after a later one keeps the
         # later id), and setting it on every commit makes two runs publishing for the
         # connector at once conflict instead of both adding.
@@ -464,7 +472,7 @@ class DeltaSink(Sink):
             self._actions(parts),
             "append",
             self.schema(kind),
-            commit_properties=self._properties(batch_id, version),
+            commit_properties=self._properties(batch_id, attempt, version),
         )
 
     # -- discard -------------------------------------------------------------------
@@ -479,15 +487,14 @@ class DeltaSink(Sink):
             infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
         except OSError:
             return
+        infos = [i for i in infos if i.type == pafs.FileType.Directory and i.base_name != keep]
         listed: set[str] = set()
-        if keep is None and infos:
+        if infos:  # never a folder the log lists (an older batch of this id: a new store)
             dt = self._open(kind)
             if dt is not None:
                 listed = {str(p) for p in dt.get_add_actions().column("path").to_pylist()}
         prefix = f"batch-{batch_id:010d}/"
         for info in infos:
-            if info.type != pafs.FileType.Directory or info.base_name == keep:
-                continue
             if any(p.startswith(f"{prefix}{info.base_name}/") for p in listed):
                 continue  # committed: never removed
             with contextlib.suppress(OSError):

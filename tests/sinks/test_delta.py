@@ -259,6 +259,30 @@ def test_out_of_order_batches_of_one_connector_land_once(tmp_path: Path) -> None
     assert read_delta(sink.location()).num_rows == 20
 
 
+def test_a_fresh_state_store_reusing_batch_ids_adds_and_keeps_everything(
+    tmp_path: Path,
+) -> None:
+    """The state store was started afresh beside an existing table: batch ids begin
+    again below the connector's app transaction. New batches still land (looked up by
+    their attempt), and the older batches' files of the same ids are never removed."""
+    sink = sink_of(tmp_path)
+    for batch, attempt, start in ((1, "1-old", 0), (2, "1-old", 100), (1, "1-new", 1000)):
+        sink.prepare(batch, attempt)
+        w = sink.writer(batch, attempt, 0, "rows")
+        w.write(rows(start, 10))
+        w.close()
+        sink.publish(batch, attempt)
+        sink.publish(batch, attempt)  # rolled forward: nothing twice
+    dt = delta(sink.location())
+    assert dt.version() == 2 and dt.transaction_version("p.events.files") == 2
+    assert sorted(dt.to_pyarrow_table().column("id").to_pylist()) == [
+        *range(10),
+        *range(100, 110),
+        *range(1000, 1010),
+    ]
+    assert unlisted_files(sink.location()) == []
+
+
 def test_connectors_of_one_table_commit_concurrently(tmp_path: Path) -> None:
     """Four connectors publish into one table at once, from threads: delta-rs retries the
     appends that lose the race; every batch lands once, each connector's app transaction
