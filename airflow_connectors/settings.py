@@ -77,6 +77,8 @@ class Settings:
                 Path(s.state_store_url.removeprefix("sqlite:///")).parent.mkdir(
                     parents=True, exist_ok=True
                 )
-        if "://" in s.warehouse:  # an object store URL (s3://bucket/prefix) as given
+        if s.warehouse.startswith("file://"):
+            s = replace(s, warehouse=s.warehouse.removeprefix("file://"))
+        elif "://" in s.warehouse:  # an object store URL (s3://bucket/prefix) as given
             return replace(s, warehouse=s.warehouse.rstrip("/"))
         return replace(s, warehouse=os.path.abspath(os.path.expanduser(s.warehouse)))

@@ -28,6 +28,7 @@ from airflow_connectors.catalog import parse_pipeline
 from airflow_connectors.engine.batch import run_batch
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.engine.discovery import context, discover
+from airflow_connectors.settings import Settings
 from airflow_connectors.sinks import _fs
 from airflow_connectors.sinks.base import SinkUnwritable
 from airflow_connectors.sinks.parquet import ParquetSink, ParquetSinkConfig
@@ -132,6 +133,13 @@ def test_filesystem_of_paths_and_urls(aws_env: dict[str, str], tmp_path: Path) -
     with pytest.raises(ValueError, match="needs a bucket"):
         _fs.filesystem("s3:///wh")
     assert _fs.aws_environment()["AWS_ENDPOINT_URL"] == aws_env["AWS_ENDPOINT_URL"]
+
+
+def test_settings_keep_a_warehouse_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    monkeypatch.setenv("AIRFLOW__CONNECTORS__WAREHOUSE", "s3://lake/wh/")
+    assert Settings.load().warehouse == "s3://lake/wh"
+    assert Settings.load(warehouse=f"file://{tmp_path}/wh").warehouse == f"{tmp_path}/wh"
 
 
 # --- the sink on S3 ------------------------------------------------------------------
