@@ -242,6 +242,42 @@ def test_gone_at_read_names_the_object(s3_server: S3Server, s3_bucket: str) -> N
         b"".join(t.read(item))
 
 
+def test_engine_keeps_state_bounded_lists_after_the_watermark_and_finds_late_keys(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    for n in range(1, 31):
+        put(s3_server, s3_bucket, f"w/{n:03d}.json", json_lines(range(n * 10, n * 10 + 10)))
+    time.sleep(1.1)  # the listing's Date (whole seconds) is later than every mtime
+    source = source_of(s3_server, s3_bucket, range(10, 310), prefix="w/", relist_every=3)
+    c = Connector(source, tmp_path / "c")
+    try:
+        c.drain()
+        assert_same_records(c.table(), c.expected(), "id", "table")
+        mark = c.store.cursor(c.ref)
+        assert mark.watermark == "w/030.json" and mark.late_after is not None
+        rows_left = c.store.offsets(c.ref)
+        assert len(rows_left) <= 1, f"completed keys below the watermark kept rows: {rows_left}"
+        # A late key below the watermark: StartAfter listings miss it, the re-list finds it.
+        put(s3_server, s3_bucket, "w/000-late.json", json_lines(range(0, 10)))
+        put(s3_server, s3_bucket, "w/031.json", json_lines(range(310, 320)))
+        log_before = len(s3_server.log.read_text().splitlines()) if s3_server.log else 0
+        rounds = 0
+        while c.table().num_rows < 320 and rounds < 5:
+            found = c.discover()
+            c.run(found.batch_ids)
+            rounds += 1
+        expected = pa.Table.from_pylist(rows(range(320)), schema=c.expected().schema)
+        assert_same_records(c.table(), expected, "id", "table with the late key")
+        assert rounds <= 3, f"the late key took {rounds} discoveries with relist_every 3"
+        log = s3_server.log.read_text().splitlines()[log_before:] if s3_server.log else []
+        lists = [ln for ln in log if f"/{s3_bucket}?list-type=2" in ln]
+        assert any("start-after=" in ln for ln in lists), lists
+        assert c.finalize()
+        assert len(c.store.offsets(c.ref)) <= 2
+    finally:
+        c.close()
+
+
 # --- byte ranges, resume, follow -----------------------------------------------------------
 
 
