@@ -83,6 +83,13 @@ class Format(ABC):
         self.config = config
         self.table = table
 
+    @classmethod
+    def check_table(cls, config: StrictConfig, table: TableSpec) -> None:
+        """Raise ``ValueError`` (one line naming the table and what to do) when ``table``
+        cannot take this format's values under ``config``. Run when a spec is loaded,
+        without importing pyarrow; by default every table can."""
+        return None
+
     @property
     def line_oriented(self) -> bool:
         """True when records are lines: reading may start at a byte offset and a

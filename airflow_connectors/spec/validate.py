@@ -485,19 +485,40 @@ def _resolve_connector(
         )
         ok = False
     else:
-        fcls = plugins.formats.get(spec.format.name)
-        fconfig = validated([*cpath, "format", "config"], fcls.Config, spec.format.config, errors)
-        if fconfig is None:
-            ok = False
-        else:
-            spec = spec.model_copy(
-                update={
-                    "format": spec.format.model_copy(
-                        update={"config": fconfig.model_dump(mode="json")}
-                    )
-                }
-            )
+        resolved = _resolve_format(spec, table, plugins, cpath, errors, columns_ok=columns_ok)
+        ok = ok and resolved is not None
+        spec = resolved or spec
     return spec if ok else None
+
+
+def _resolve_format(
+    spec: ConnectorSpec,
+    table: TableSpec,
+    plugins: Plugins,
+    cpath: list[str | int],
+    errors: list[SpecError],
+    *,
+    columns_ok: bool,
+) -> ConnectorSpec | None:
+    """The connector with its format config validated (against the table too, when its
+    columns are valid: the raw format needs a VARCHAR column), or None."""
+    assert spec.format is not None
+    fcls = plugins.formats.get(spec.format.name)
+    path = [*cpath, "format", "config"]
+    fconfig = validated(path, fcls.Config, spec.format.config, errors)
+    if fconfig is None:
+        return None
+    if columns_ok:
+        try:
+            fcls.check_table(fconfig, table)
+        except ValueError as e:
+            errors.append(SpecError(path_str(path), str(e)))
+            return None
+    return spec.model_copy(
+        update={
+            "format": spec.format.model_copy(update={"config": fconfig.model_dump(mode="json")})
+        }
+    )
 
 
 def _without_bad_fields(doc: dict[str, Any], default_name: str) -> ConnectorSpec | None:

@@ -295,9 +295,11 @@ def test_unknown_transport_lists_available() -> None:
 
 
 def test_unknown_format_lists_available() -> None:
-    path, message = one_error(table(files(format={"name": "avro"})))
+    path, message = one_error(table(files(format={"name": "orc"})))
     assert path == "tables.t.connectors[0].format.name"
-    assert message == "format 'avro' is not available; available formats: csv, json, parquet"
+    assert (
+        message == "format 'orc' is not available; available formats: avro, csv, json, parquet, raw"
+    )
 
 
 def test_transport_that_needs_a_format() -> None:
@@ -307,7 +309,7 @@ def test_transport_that_needs_a_format() -> None:
     assert path == "tables.t.connectors[0].format"
     assert (
         message
-        == 'transport \'file_input\' needs a format; add "format": {"name": ...} with one of: csv, json, parquet'
+        == 'transport \'file_input\' needs a format; add "format": {"name": ...} with one of: avro, csv, json, parquet, raw'
     )
 
 
