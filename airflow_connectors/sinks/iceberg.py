@@ -352,9 +352,10 @@ class IcebergSink(Sink):
         """One commit that appends ``parts`` and marks the batch; a commit lost to a
         concurrent writer is retried after checking the mark again."""
         from pyiceberg.exceptions import CommitFailedException
+        from sqlalchemy.exc import OperationalError
 
         for tries in range(1, COMMIT_TRIES + 1):
-            table = self._table(catalog, kind)
+            table = _without_commit_retries(self._table(catalog, kind))
             if self.committed(table, batch_id, attempt):
                 return
             try:
@@ -374,7 +375,9 @@ class IcebergSink(Sink):
                         check_duplicate_files=False,  # the batch mark guards against that
                     )
                 return
-            except CommitFailedException:
+            except (CommitFailedException, OperationalError):
+                # Lost to a concurrent commit, or the catalog database was busy (SQLite's
+                # lock): the mark is checked again before the next try.
                 if tries == COMMIT_TRIES:
                     raise
                 time.sleep(min(2.0, 0.05 * 2**tries) * random.uniform(0.5, 1.0))
@@ -413,6 +416,19 @@ class IcebergSink(Sink):
             _fs.remove_tree(fs, path)
         except OSError:
             pass
+
+
+def _without_commit_retries(table: Table) -> Table:
+    """``table`` whose commits are not retried by pyiceberg. pyiceberg re-applies an
+    append that lost a race onto the winner's metadata, past the batch check: a
+    concurrent publisher of the same batch would append it twice. The sink retries
+    itself, checking the mark first. Only this object's view of the properties
+    changes; the table's stored properties are untouched (other writers keep theirs)."""
+    from pyiceberg.table import TableProperties
+
+    props = {**table.metadata.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}
+    table.metadata = table.metadata.model_copy(update={"properties": props})
+    return table
 
 
 def catalog_properties(uri: str, location: str) -> dict[str, str]:
