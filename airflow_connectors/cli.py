@@ -485,7 +485,8 @@ def _connector_local(args: argparse.Namespace, entries: Any) -> Any:
         else:
             if args.reset or entries is not None:
                 store.edit_offsets(ref, entries)
-            return {"offsets": store.offsets(ref)}
+            mark = store.watermark(ref)
+            return {"offsets": store.offsets(ref), **({"watermark": mark} if mark else {})}
         return None
     finally:
         store.close()
