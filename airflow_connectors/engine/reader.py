@@ -32,6 +32,8 @@ from airflow_connectors.formats.base import RecordError, conform
 from airflow_connectors.sinks.base import PartWriter, SinkUnwritable
 from airflow_connectors.state.store import BatchPlan, ErrorRecord, ItemReceipt
 from airflow_connectors.transports import WorkItem
+from airflow_connectors.transports.compression import CompressionError
+from airflow_connectors.transports.retry import RetryStats, counting
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -86,16 +88,25 @@ class ItemOutcome:
 
 class _Counter:
     """The transport's chunks, counted; remembers an error the transport raised, so a
-    failure surfacing through the format is still told apart from a decoding error."""
+    failure surfacing through the format is still told apart from a decoding error.
+    ``retried`` counts the transient errors the transport retried while reading."""
 
     def __init__(self, read: Callable[[], Iterable[Any]]) -> None:
         self.read = read
         self.bytes = 0
         self.error: BaseException | None = None
+        self.retried = RetryStats()
 
     def __iter__(self) -> Iterator[Any]:
         try:
-            for chunk in self.read():
+            with counting(self.retried):
+                chunks = iter(self.read())
+            while True:
+                # Only the transport's own steps count as this item's retries.
+                with counting(self.retried):
+                    chunk = next(chunks, None)
+                if chunk is None:
+                    return
                 if isinstance(chunk, bytes | bytearray | memoryview):
                     self.bytes += len(chunk)
                 yield chunk
@@ -210,7 +221,10 @@ def _ingest_item(
     if ingest.dead is not None:
         ingest.dead.close()
     assert written == ingest.good, f"wrote {written} rows, decoded {ingest.good}"
-    return ItemOutcome(_receipt(item, offset, ingest.good, ingest.bad, nbytes), ingest.reported)
+    return ItemOutcome(
+        _receipt(item, offset, ingest.good, ingest.bad, nbytes, ingest.counted.retried.count),
+        ingest.reported,
+    )
 
 
 class _ItemIngest:
@@ -360,15 +374,16 @@ class _ItemIngest:
                 if _names(cause(err), item.key)
                 else f"cannot read {item.key}: {cause(err)}"
             )
-            # A vanished object is unreadable (skippable); anything else is a source
-            # that cannot be reached now, retried by the next run.
-            return _failure(
-                ctx, item, "object" if isinstance(err, FileNotFoundError) else "source", err, text
-            )
+            # A vanished or corrupt (compressed) object is unreadable (skippable);
+            # anything else is a source that cannot be reached now, retried by the next run.
+            unreadable = isinstance(err, FileNotFoundError | CompressionError)
+            return _failure(ctx, item, "object" if unreadable else "source", err, text)
         return _failure(ctx, item, "object", e, f"{what}: {cause(e)}")
 
 
-def _receipt(item: WorkItem, offset: int, good: int, bad: int, nbytes: int) -> ItemReceipt:
+def _receipt(
+    item: WorkItem, offset: int, good: int, bad: int, nbytes: int, retries: int = 0
+) -> ItemReceipt:
     return ItemReceipt(
         key=item.key,
         offset=offset,
@@ -377,6 +392,7 @@ def _receipt(item: WorkItem, offset: int, good: int, bad: int, nbytes: int) -> I
         bytes=nbytes,
         completed=item.final,
         records_done=item.records_done,
+        retries=retries,
         # What the item was planned with (e.g. an HTTP body's ETag and length) stays with
         # the offset, so the next discovery can tell a changed source from more of it.
         meta={

@@ -261,9 +261,11 @@ class Batches(Connectors):
                     total_records=c.total_records + sum(r.records for r in receipts),
                     total_bytes=c.total_bytes + sum(r.bytes for r in receipts),
                     num_parse_errors=c.num_parse_errors + sum(r.bad for r in receipts),
-                    # Unreadable objects a batch skipped (errors.tolerance: all).
+                    # Unreadable objects a batch skipped (errors.tolerance: all), and
+                    # transient errors its reads retried.
                     num_transport_errors=c.num_transport_errors
-                    + sum(e.kind == "transport" for e in errors),
+                    + sum(e.kind == "transport" for e in errors)
+                    + sum(r.retries for r in receipts),
                     fatal_error=None,
                     state=ConnectorStatus.RUNNING.value,
                     updated_at=now,

@@ -75,6 +75,9 @@ class ItemReceipt:
     #: Transport bookkeeping kept with the offset, e.g. ``{"seen": n}``: bytes up to n
     #: were looked at (a partial last line stays unread until the file grows past n).
     meta: dict[str, Any] | None = None
+    #: Transient transport errors retried while reading the item (throttling, resets,
+    #: timeouts); the commit adds them to the connector's ``num_transport_errors``.
+    retries: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The receipt as a dict; a Spark task sends receipts to the driver this way."""
