@@ -111,7 +111,8 @@ class JsonFormat(Format):
 
     @property
     def line_oriented(self) -> bool:
-        """True unless ``array: true``: an array must be read whole."""
+        """True unless ``array: true``: an array is read from the object's start (its
+        elements are records, not lines; byte ranges cannot split it)."""
         return not self.config.array
 
     def decode(
@@ -123,8 +124,9 @@ class JsonFormat(Format):
         at_start: bool,
         first_line: int | None = None,
     ) -> Iterator[Decoded]:
-        """Decodes records with pyarrow; an ``array: true`` object is read whole, otherwise
-        records are cut at line ends and braces. One bad record is one dead letter."""
+        """Decodes records with pyarrow; the elements of an ``array: true`` object are
+        cut out as its bytes arrive (:class:`_ArrayStream`), otherwise records are cut
+        at line ends and braces. One bad record is one dead letter."""
         line = first_line if first_line is not None else (1 if at_start else None)
         if self.config.array:
             yield from _ArrayStream(self, first_record, line, at_start=at_start).decode(
