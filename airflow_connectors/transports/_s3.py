@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -208,7 +209,8 @@ class S3Object:
 class Listing:
     """The objects of ``bucket`` under ``prefix`` in key order (after ``start_after``),
     page by page; ``started_at`` is the server's clock at the first page (its ``Date``
-    header), ``pages`` the list requests made."""
+    header; this machine's clock before the first request when the answer has none),
+    ``pages`` the list requests made."""
 
     def __init__(
         self,
@@ -228,6 +230,7 @@ class Listing:
 
     def __iter__(self) -> Iterator[S3Object]:
         token: str | None = None
+        asked_at = time.time()
         while True:
             kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix}
             if token:
@@ -238,7 +241,7 @@ class Listing:
             page = self.call(where, partial(self.client.list_objects_v2, **kwargs))
             self.pages += 1
             if self.started_at is None:
-                self.started_at = server_time(page)
+                self.started_at = server_time(page) or asked_at
             for obj in page.get("Contents", ()):
                 yield S3Object(
                     key=obj["Key"],

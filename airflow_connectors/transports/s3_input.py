@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, TypeVar
 
@@ -249,7 +250,12 @@ class S3InputTransport(Transport):
             emitted += 1
         if full and started_at() is not None:
             self.relisted_at = float(started_at() or 0) - self.config.relist_margin_s
-        if not seen and full and not self.config.follow and not cursor.offsets:
+        if (
+            not seen
+            and full
+            and not self.config.follow
+            and not (cursor.offsets or cursor.watermark)
+        ):
             self.notices.append(
                 (
                     f"s3_input: {self._describe_source()} holds no object; "
@@ -287,6 +293,7 @@ class S3InputTransport(Transport):
 
         def objects() -> Iterator[_s3.S3Object]:
             what = f"HEAD {self._url(key)}"
+            asked_at = time.time()
             try:
                 head = self._call(
                     what, lambda: self.client.head_object(Bucket=self.config.bucket_name, Key=key)
@@ -296,7 +303,7 @@ class S3InputTransport(Transport):
                 return
             finally:
                 self.list_requests += 1
-            when[0] = _s3.server_time(head)
+            when[0] = _s3.server_time(head) or asked_at
             yield _s3.S3Object(
                 key=key,
                 size=int(head["ContentLength"]),
