@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from airflow_connectors.formats.base import Decoded, Format, clip, conform, isolate
+from airflow_connectors.formats.base import Decoded, Format, RecordError, clip, conform, isolate
 from airflow_connectors.spec.config import StrictConfig
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ class AvroFormat(Format):
             writer = self.parsed
         else:
             records, writer = self._container(source)
-        columns = _Columns(writer, self.table.column_names)
+        columns = _Columns(writer, self.table)
         number = 1
         batch: list[dict[str, Any]] = []
         for rec in records:
@@ -239,6 +239,13 @@ class AvroFormat(Format):
         def text(rec: dict[str, Any]) -> str:
             return clip(json.dumps(rec, default=_json_value))
 
+        if columns.missing_required:  # no record of this schema fits: no bisecting
+            message = (
+                f"column {columns.missing_required!r} is NOT NULL but the Avro schema of "
+                "the object has no such field"
+            )
+            errors = [RecordError(first + i, message, text(r)) for i, r in enumerate(batch)]
+            return Decoded(self.schema.empty_table(), errors, len(batch), 0)
         tables, errors = isolate(batch, convert, first, text)
         table = pa.concat_tables(tables) if tables else self.schema.empty_table()
         return Decoded(table, errors, len(batch), 0)
@@ -249,7 +256,8 @@ class _Columns:
     ignoring case when no field has the exact name), each with the Arrow type its
     values are built as."""
 
-    def __init__(self, writer: Any, columns: Sequence[str]) -> None:
+    def __init__(self, writer: Any, table: TableSpec) -> None:
+        columns = table.column_names
         named = _named_types(writer)
         fields = {f["name"]: f["type"] for f in writer.get("fields", [])}
         folded = {name.lower(): name for name in fields}
@@ -259,6 +267,11 @@ class _Columns:
             if field is not None:
                 arrow, fix = _arrow(fields[field], named)
                 self.columns.append((col, field, arrow, fix))
+        mapped = {c for c, *_ in self.columns}
+        #: A NOT NULL column the writer schema lacks (every record is a dead letter).
+        self.missing_required = next(
+            (c.name for c in table.columns if not c.nullable and c.name not in mapped), None
+        )
 
     def table(self, recs: Sequence[dict[str, Any]]) -> pa.Table:
         """The records' values of the table's columns (absent columns are left out:

@@ -352,3 +352,16 @@ def test_engine_run_two_schema_versions_into_one_table(
     [skipped] = st.transport_errors
     assert str(folder / "c.avro") in skipped["message"]
     assert "not an Avro object container file" in skipped["message"]
+
+
+def test_a_schema_without_a_not_null_column_makes_every_record_a_dead_letter() -> None:
+    schema = {"type": "record", "name": "Row", "fields": [{"name": "name", "type": "string"}]}
+    out = decode(container(schema, [{"name": f"n{i}"} for i in range(20_000)]), chunk=1 << 16)
+    assert rows(out) == []
+    found = errs(out)
+    assert [e[0] for e in found] == list(range(1, 20_001))
+    assert (
+        "column 'id' is NOT NULL but the Avro schema of the object has no such field"
+        in (found[0][1])
+    )
+    assert json.loads(found[-1][2]) == {"name": "n19999"}
