@@ -473,3 +473,103 @@ def test_boto3_reset_mid_body_resumes_with_a_ranged_get(
     assert offsets[3] == offsets[2]  # the 503 came before any byte of that answer
     assert stats.count == 3
     assert proxy.injected == {"reset": 2, "slow_down": 1, "delay": 1}
+
+
+# --- s3_input end to end through the fault proxy ---------------------------------------
+
+
+def _s3_pipeline(bucket: str, endpoint: str, **errors: object) -> Any:
+    from helpers import pipeline
+
+    from airflow_connectors.testing.s3server import ACCESS_KEY, REGION, SECRET_KEY
+
+    return pipeline(
+        {
+            "t": {
+                "columns": {"id": "BIGINT NOT NULL", "pad": "VARCHAR"},
+                "connectors": [
+                    {
+                        "name": "s3",
+                        "transport": {
+                            "name": "s3_input",
+                            "config": {
+                                "bucket_name": bucket,
+                                "prefix": "in/",
+                                "endpoint_url": endpoint,
+                                "region": REGION,
+                                "aws_access_key_id": ACCESS_KEY,
+                                "aws_secret_access_key": SECRET_KEY,
+                            },
+                        },
+                        "format": {"name": "json", "config": {"update_format": "raw"}},
+                        "errors": {"retry.delay.max.ms": 20, **errors},
+                    }
+                ],
+            }
+        }
+    )
+
+
+def _put_objects(s3_server: Any, bucket: str) -> list[int]:
+    """Six objects of 400 rows (~25 KB each), two of them gzip; returns the ids."""
+    import gzip
+
+    client = s3_server.client()
+    for n in range(6):
+        lines = b"".join(
+            b'{"id": %d, "pad": "%s"}\n' % (n * 400 + i, b"x" * 40) for i in range(400)
+        )
+        key, body = (
+            (f"in/{n}.json.gz", gzip.compress(lines)) if n % 3 == 2 else (f"in/{n}.json", lines)
+        )
+        client.put_object(Bucket=bucket, Key=key, Body=body)
+    return list(range(2400))
+
+
+def test_s3_input_through_faults_ingests_exactly_the_source_rows(
+    spark: Any, proxy: Any, s3_server: Any, s3_bucket: str, sqlite_url: str, tmp_path: Any
+) -> None:
+    from helpers import read_table, run, status
+
+    from airflow_connectors.testing.faultproxy import Fault
+
+    expected = _put_objects(s3_server, s3_bucket)
+    object_get = {"method": "GET", "path": "/in/"}  # object GETs, not the listing
+    proxy.add(Fault.slow_down(), path="/in/1.json", method="GET")
+    proxy.add(Fault.drop(), path="/in/3.json", method="GET")
+    proxy.add(Fault.reset_after(3000), path="/in/4.json", method="GET")
+    proxy.add(Fault.reset_after(7000), path="/in/2.json.gz", method="GET")  # compressed
+    proxy.add(Fault.error(500, "InternalError"), **object_get, times=2)
+    # The listing is retried too (on the driver; logged, not counted in the stats).
+    proxy.add(Fault.slow_down(), when=lambda m, p, h: "list-type=2" in p)
+    wh = str(tmp_path / "wh")
+    run(_s3_pipeline(s3_bucket, proxy.endpoint_url), sqlite_url, wh, spark)
+    got = read_table(wh, "p", "t").column("id").to_pylist()
+    assert sorted(got) == expected  # every row once: nothing lost, nothing doubled
+    assert proxy.pending() == 0  # every fault was injected
+    st = status(sqlite_url, "p", "t", "s3")
+    assert st.total_records == 2400 and st.end_of_input
+    object_faults = sum(proxy.injected.values()) - 1  # all but the listing's 503
+    assert st.num_transport_errors == object_faults == 6
+    assert st.fatal_error is None
+
+
+def test_s3_input_permanent_403_fails_the_batch_naming_the_object(
+    spark: Any, proxy: Any, s3_server: Any, s3_bucket: str, sqlite_url: str, tmp_path: Any
+) -> None:
+    from helpers import read_table, run, status
+
+    from airflow_connectors.testing.faultproxy import Fault
+    from airflow_connectors.testing.s3server import SECRET_KEY
+
+    _put_objects(s3_server, s3_bucket)
+    proxy.add(Fault.error(403, "AccessDenied", "Access Denied"), path="/in/4.json", times=None)
+    wh = str(tmp_path / "wh")
+    run(_s3_pipeline(s3_bucket, proxy.endpoint_url), sqlite_url, wh, spark, raise_on_failure=False)
+    st = status(sqlite_url, "p", "t", "s3")
+    assert st.state == "FAILED"
+    message = st.fatal_error or ""
+    assert f"s3://{s3_bucket}/in/4.json" in message and "AccessDenied" in message, message
+    assert SECRET_KEY not in message
+    assert proxy.injected["403 AccessDenied"] == 1  # refused once: never retried
+    assert read_table(wh, "p", "t").num_rows == 0  # the batch did not land
