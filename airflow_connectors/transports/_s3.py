@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -171,9 +172,40 @@ def credentials(config: S3InputConfig) -> AwsCredentials:
     )
 
 
+#: boto3 clients of this process by what they were made from: building one takes tens
+#: to hundreds of milliseconds, and an executor reads many small objects.
+_clients: dict[tuple[Any, ...], Any] = {}
+_clients_lock = threading.Lock()
+_MAX_CLIENTS = 32
+#: Variables boto3's default credential chain and endpoint resolution read.
+_AWS_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+)
+
+
 def make_client(config: S3InputConfig, creds: AwsCredentials) -> Any:
-    """A boto3 S3 client. botocore's own retries are off: the transport's retry policy
-    decides (one place, counted)."""
+    """A boto3 S3 client, shared by the transports of this process made from the same
+    credentials and settings (boto3 clients are thread safe). botocore's own retries
+    are off: the transport's retry policy decides (one place, counted)."""
+    ambient = tuple(os.environ.get(v) for v in _AWS_ENV) if creds.access_key is None else ()
+    key = (creds, config.no_sign_request, config.max_concurrent_fetches, ambient)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            if len(_clients) >= _MAX_CLIENTS:
+                _clients.pop(next(iter(_clients)))
+            client = _clients[key] = _new_client(config, creds)
+    return client
+
+
+def _new_client(config: S3InputConfig, creds: AwsCredentials) -> Any:
     import boto3
     from botocore import UNSIGNED
     from botocore.config import Config
