@@ -12,7 +12,8 @@ pyarrow's S3 filesystem reads only the credentials by itself:
   a test server: its scheme becomes pyarrow's ``scheme``); unset: AWS itself.
 - ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``; unset: the AWS
   SDK's chain (``~/.aws``, instance roles).
-- ``AWS_REGION``, else ``AWS_DEFAULT_REGION``.
+- ``AWS_REGION``, else ``AWS_DEFAULT_REGION``; unset (and no endpoint): the bucket's
+  region, asked of AWS once per bucket.
 
 Spark's Python workers inherit the driver's environment in local mode; ``spark-submit``
 jobs get it from the task's environment (never on a command line), and executors of a
@@ -100,7 +101,10 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
         if not url.netloc:
             raise ValueError(f"{location}: an S3 URL needs a bucket: s3://bucket/prefix")
         path = f"{url.netloc}/{url.path.strip('/')}".rstrip("/")
-        return _s3(*_s3_settings()), path
+        endpoint_url, region, *credentials = _s3_settings()
+        if not endpoint_url and not region:  # AWS itself: the bucket's own region
+            region = _bucket_region(url.netloc)
+        return _s3(endpoint_url, region, *credentials), path
     raise ValueError(
         f"{location}: unsupported URL scheme {kind!r}; use a local folder or s3://bucket/prefix"
     )
@@ -115,6 +119,17 @@ def _s3_settings() -> tuple[str | None, str | None, str | None, str | None, str 
         env("AWS_SECRET_ACCESS_KEY"),
         env("AWS_SESSION_TOKEN"),
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _bucket_region(bucket: str) -> str | None:
+    """The AWS region of ``bucket`` (None when it cannot be told: the SDK's default)."""
+    from pyarrow import fs as pafs
+
+    try:
+        return str(pafs.resolve_s3_region(bucket))
+    except (OSError, ValueError):
+        return None
 
 
 @functools.lru_cache(maxsize=8)
