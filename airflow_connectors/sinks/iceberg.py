@@ -397,18 +397,19 @@ class IcebergSink(Sink):
             ) from e
 
     def _discard_others(self, batch_id: int, attempt: str, kind: Kind) -> None:
-        """Removes the batch's attempt folders but the committed one's."""
+        """Removes the batch's other attempt folders, and temporary files a failed
+        Spark task left in the committed one's (neither is referenced by the table)."""
         from pyarrow import fs as pafs
 
         folder = self._batch_folder(batch_id, kind)
-        try:
+        with contextlib.suppress(OSError):  # leftovers only
             fs, path = _fs.filesystem(folder)
-            infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-            for info in infos:
+            for info in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
                 if info.type == pafs.FileType.Directory and info.base_name != attempt:
                     _fs.remove_tree(fs, info.path)
-        except OSError:
-            pass  # leftovers only: never referenced by the table
+                elif info.type == pafs.FileType.Directory:
+                    for stray in _fs.files(fs, info.path, ".tmp"):
+                        fs.delete_file(stray)
 
     def _remove(self, folder: str) -> None:
         try:

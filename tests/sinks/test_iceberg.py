@@ -367,32 +367,44 @@ def test_kill_at_each_point_then_next_run(
         assert not list(Path(wh).rglob("*.tmp")), point
 
 
-def read_or_empty(uri: str) -> pa.Table:
+def read_or_empty(uri: str, location: str = "") -> pa.Table:
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
-        return read(uri)
+        return read(uri, location=location)
     except NoSuchTableError:
         return pa.table({})
 
 
+@pytest.mark.parametrize("where", ["local", "s3"])
 def test_reader_never_sees_part_of_a_batch(
-    crash_source: tuple[Path, pa.Table], spark: Any, tmp_path: Path
+    where: str,
+    crash_source: tuple[Path, pa.Table],
+    spark: Any,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
-    """A job ingests three batches (one file each) while this process polls the table:
-    every snapshot read holds whole batches only, and the last one all of them."""
+    """A job ingests three batches (one file each) while this process polls the table
+    (on a local warehouse, on S3): every snapshot read holds whole batches only, and the
+    last one all of them."""
     folder, source = crash_source
     url = f"sqlite:///{tmp_path / 'state.db'}"
     wh = str(tmp_path / "wh")
+    if where == "s3":
+        request.getfixturevalue("s3_env")
+        wh = f"s3://{request.getfixturevalue('s3_bucket')}/wh"
     ids = plan(tmp_path, url, folder, wh, tasks_max=FILES)
     assert len(ids) == FILES
     (tmp_path / "marks").mkdir()
     proc = start_job(ids, url, tmp_path / "marks", spark_master=SPARK)
+    out: list[bytes] = []  # drained meanwhile, so the job never blocks on a full pipe
+    drain = threading.Thread(target=lambda: out.append(proc.communicate()[0] or b""))
+    drain.start()
     seen: set[int] = set()
     try:
         while True:
             done = proc.poll() is not None
-            rows = read_or_empty(url).to_pydict().get("id", [])
+            rows = read_or_empty(url, location=wh).to_pydict().get("id", [])
             per_file = Counter(i // ROWS for i in rows)  # a batch is one source file
             assert all(n == ROWS for n in per_file.values()), f"part of a batch: {per_file}"
             seen.add(len(rows))
@@ -402,9 +414,10 @@ def test_reader_never_sees_part_of_a_batch(
     finally:
         if proc.poll() is None:
             kill(proc)
-    assert proc.returncode == 0, proc.stdout.read().decode()[-3000:] if proc.stdout else ""
+        drain.join()
+    assert proc.returncode == 0, b"".join(out).decode(errors="replace")[-3000:]
     assert max(seen) == FILES * ROWS
-    table = load(url)
+    table = load(url, location=wh)
     assert_same(table.scan().to_arrow(), source)
     assert len(table.metadata.snapshots) == FILES
     assert sorted(m[0] or "" for m in batch_marks(table)) == sorted(f"files:{b}" for b in ids)
@@ -420,7 +433,9 @@ def s3_env(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def test_s3_warehouse_run_and_kill_after_iceberg_commit(
+@pytest.mark.parametrize("point", ["after_sink_write", "iceberg_committed"])
+def test_s3_warehouse_killed_then_next_run(
+    point: str,
     s3_env: None,
     s3_server: Any,
     s3_bucket: str,
@@ -428,19 +443,21 @@ def test_s3_warehouse_run_and_kill_after_iceberg_commit(
     spark: Any,
     tmp_path: Path,
 ) -> None:
-    """On S3: a job killed after the Iceberg commit, then the next run: the table (data
-    and metadata in the bucket) equals the source with one snapshot; DuckDB reads its
-    files through the S3 API."""
+    """On S3: a job killed after writing its parts (before the state commit) or after
+    the Iceberg commit, then the next run: the table (data and metadata in the bucket)
+    equals the source with one snapshot, and the bucket holds no uncommitted part."""
     folder, source = crash_source
     url = f"sqlite:///{tmp_path / 'state.db'}"
     wh = f"s3://{s3_bucket}/wh"
     (batch_id,) = plan(tmp_path, url, folder, wh)
     (tmp_path / "marks").mkdir()
-    proc = start_job([batch_id], url, tmp_path / "marks", "iceberg_committed", spark_master=SPARK)
+    proc = start_job([batch_id], url, tmp_path / "marks", point, spark_master=SPARK)
     try:
-        wait_for(tmp_path / "marks" / "iceberg_committed", proc)
+        wait_for(tmp_path / "marks" / point, proc)
     finally:
         kill(proc)
+    visible = read_or_empty(url, location=wh).num_rows
+    assert visible == (FILES * ROWS if point == "iceberg_committed" else 0)
     next_run(url, folder, wh, spark)
     table = load(url, location=wh)
     assert table.location() == f"{wh}/p/events"
