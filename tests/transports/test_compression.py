@@ -176,15 +176,13 @@ def _ids(warehouse: str) -> list[int]:
 
 
 def test_file_input_reads_gzip_zstd_bz2_and_plain_files(
-    spark: object, sqlite_url: str, tmp_path: object
+    spark: object, sqlite_url: str, tmp_path: Path
 ) -> None:
-    from pathlib import Path
-
     from helpers import run, status
 
-    folder = Path(str(tmp_path)) / "drop"
+    folder = tmp_path / "drop"
     folder.mkdir()
-    wh = str(Path(str(tmp_path)) / "wh")
+    wh = str(tmp_path / "wh")
     # a multi-member gzip (as `cat a.gz b.gz` or pigz write), zstd, bz2 and a plain file
     (folder / "a.json.gz").write_bytes(
         gzip.compress(_jsonl(range(0, 500))) + gzip.compress(_jsonl(range(500, 1000)))
@@ -215,17 +213,15 @@ def test_file_input_reads_gzip_zstd_bz2_and_plain_files(
 
 
 def test_file_input_corrupt_compressed_file_fails_naming_it(
-    spark: object, sqlite_url: str, tmp_path: object
+    spark: object, sqlite_url: str, tmp_path: Path
 ) -> None:
-    from pathlib import Path
-
     from helpers import run, status
 
-    folder = Path(str(tmp_path)) / "drop"
+    folder = tmp_path / "drop"
     folder.mkdir()
     packed = gzip.compress(_jsonl(range(100)))
     (folder / "bad.json.gz").write_bytes(packed[: len(packed) // 2])
-    wh = str(Path(str(tmp_path)) / "wh")
+    wh = str(tmp_path / "wh")
     run(_file_spec(folder), sqlite_url, wh, spark, raise_on_failure=False)  # type: ignore[arg-type]
     st = status(sqlite_url, "p", "t", "files")
     assert st.state == "FAILED", st
@@ -235,14 +231,12 @@ def test_file_input_corrupt_compressed_file_fails_naming_it(
 
 
 def test_file_input_compression_config_and_resume_from_a_decompressed_offset(
-    tmp_path: object,
+    tmp_path: Path,
 ) -> None:
-    from pathlib import Path
-
     from airflow_connectors.catalog import transport_of
     from airflow_connectors.transports.base import Cursor, KeyOffset, Limits, WorkItem
 
-    folder = Path(str(tmp_path))
+    folder = tmp_path
     data = _jsonl(range(5000))
     (folder / "x.data").write_bytes(compress("zstd", data))  # no telling extension
     pipe = _file_spec(folder / "x.data", compression="zstd", buffer_size_bytes=1000)
@@ -303,3 +297,40 @@ class TestFileInputCompressed(TransportConformance):
             unbounded_config={**config, "follow": True},
             invalid_configs={"compression": {**config, "compression": "lzma"}},
         )
+
+
+def test_file_input_corrupt_compressed_file_is_skipped_under_tolerance_all(
+    spark: object, sqlite_url: str, tmp_path: Path
+) -> None:
+    from helpers import pipeline, run, status
+
+    folder = tmp_path / "drop"
+    folder.mkdir()
+    (folder / "a.json.gz").write_bytes(gzip.compress(_jsonl(range(100))))
+    (folder / "b.json.zst").write_bytes(b"\x28\xb5\x2f\xfd" + b"not zstd at all" * 10)
+    (folder / "c.json").write_bytes(_jsonl(range(100, 110)))
+    spec = pipeline(
+        {
+            "t": {
+                "columns": {"id": "BIGINT NOT NULL"},
+                "connectors": [
+                    {
+                        "name": "files",
+                        "transport": {
+                            "name": "file_input",
+                            "config": {"path": str(folder), "min_file_age": 0},
+                        },
+                        "format": {"name": "json", "config": {"update_format": "raw"}},
+                        "errors": {"tolerance": "all"},
+                    }
+                ],
+            }
+        }
+    )
+    wh = str(tmp_path / "wh")
+    run(spec, sqlite_url, wh, spark)
+    assert _ids(wh) == list(range(110))
+    st = status(sqlite_url, "p", "t", "files")
+    assert st.fatal_error is None and st.num_transport_errors == 1
+    assert "b.json.zst is corrupt" in st.transport_errors[-1]["message"]
+    assert "zstd data" in st.transport_errors[-1]["message"]
