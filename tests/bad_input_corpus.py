@@ -48,6 +48,27 @@ JSON_RAW = {"name": "json", "config": {"update_format": "raw"}}
 CSV = {"name": "csv"}
 CSV_HEADERS = {"name": "csv", "config": {"headers": True}}
 PARQUET = {"name": "parquet"}
+AVRO = {"name": "avro"}
+#: The corpus table as an Avro schema (nullable fields as unions with null).
+AVRO_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "Row",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": ["null", "string"]},
+        {"name": "qty", "type": ["null", "int"]},
+        {"name": "score", "type": ["null", "double"]},
+        {
+            "name": "amount",
+            "type": [
+                "null",
+                {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+            ],
+        },
+        {"name": "at", "type": ["null", {"type": "long", "logicalType": "local-timestamp-micros"}]},
+        {"name": "day", "type": ["null", {"type": "int", "logicalType": "date"}]},
+    ],
+}
 
 Row = dict[str, Any]
 
@@ -103,6 +124,15 @@ def csv_line(r: Row, **override: str) -> bytes:
         **override,
     }
     return ",".join(fields.values()).encode()
+
+
+def avro_bytes(records: list[Row], schema: dict[str, Any] | None = None, **kw: Any) -> bytes:
+    """An Avro object container file of ``records`` (the corpus schema by default)."""
+    import fastavro
+
+    out = io.BytesIO()
+    fastavro.writer(out, fastavro.parse_schema(schema or AVRO_SCHEMA), records, **kw)
+    return out.getvalue()
 
 
 def parquet_bytes(table: pa.Table, row_group_size: int | None = None) -> bytes:
@@ -190,6 +220,12 @@ class Kind:
     def parquet(self, name: str, rows: list[Row]) -> None:
         """A Parquet object of the table's schema holding ``rows`` (all good)."""
         self.files[name] = parquet_bytes(pa.Table.from_pylist(rows, schema=ARROW))
+        self.good += rows
+        self.inputs += len(rows)
+
+    def avro(self, name: str, rows: list[Row], **kw: Any) -> None:
+        """An Avro container of the table's schema holding ``rows`` (all good)."""
+        self.files[name] = avro_bytes(rows, **kw)
         self.good += rows
         self.inputs += len(rows)
 
@@ -638,6 +674,68 @@ def csv_binary(k: Kind) -> None:
     k.unreadable("c.csv", parquet_bytes(pa.Table.from_pylist(rows, ARROW)))
 
 
+def avro_corrupt(k: Kind) -> None:
+    """Objects that are no readable Avro container: each is refused as a whole, naming
+    what it is or the block that cannot be read; good containers land beside them."""
+    k.avro("a.avro", [row(k.next_id()) for _ in range(5)])
+    rng = random.Random(5)
+    k.unreadable("b.avro", bytes(rng.getrandbits(8) for _ in range(4096)))
+    whole = avro_bytes([row(k.next_id()) for _ in range(200)], sync_interval=2000)
+    k.unreadable("c.avro", whole[: len(whole) * 2 // 3])  # cut short mid-block
+    k.unreadable("d.avro", json_line(row(k.next_id())) + b"\n")  # JSON under .avro
+    corrupt = bytearray(avro_bytes([row(k.next_id()) for _ in range(200)], sync_interval=2000))
+    corrupt[len(corrupt) // 2 : len(corrupt) // 2 + 16] = b"\xff" * 16  # bytes of a block
+    k.unreadable("e.avro", bytes(corrupt))
+    k.avro("f.avro", [row(k.next_id()) for _ in range(3)], codec="deflate")
+
+
+def avro_wrong_types(k: Kind) -> None:
+    """Containers whose schema differs from the table: records whose values do not fit
+    are dead letters (by record number; no lines in Avro); an older schema without some
+    optional fields lands with NULLs; a field the table lacks is ignored."""
+    k.avro("a.avro", [row(k.next_id()) for _ in range(3)])
+    other = {
+        "type": "record",
+        "name": "Row",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "qty", "type": ["null", "long", "string"]},  # wider, and text
+            {"name": "day", "type": ["null", "string"]},
+            {"name": "extra", "type": "string"},  # no such column
+        ],
+    }
+    records: list[Row] = []
+    for qty, day, good in (
+        (1, "2024-01-02", True),
+        (2**31, None, False),  # beyond INT
+        ("7", None, False),  # text into INT
+        (None, "2024-02-30", False),  # no such date
+        (-(2**31), "2024-12-31", True),
+        (None, None, True),
+    ):
+        i = k.next_id()
+        records.append({"id": i, "qty": qty, "day": day, "extra": "x"})
+        k.inputs += 1
+        if good:
+            k.good.append(
+                {
+                    **dict.fromkeys(COLUMNS),
+                    "id": i,
+                    "qty": qty,
+                    "day": date.fromisoformat(day) if day else None,
+                }
+            )
+        else:
+            k.bad.append(Bad("b.avro", len(records), None, None))
+    k.files["b.avro"] = avro_bytes(records, other)
+    null_id = {**AVRO_SCHEMA, "fields": [{"name": "id", "type": ["null", "long"]}]}
+    i = k.next_id()
+    k.files["c.avro"] = avro_bytes([{"id": None}, {"id": i}], null_id)  # NULL into NOT NULL
+    k.bad.append(Bad("c.avro", 1, None, None))
+    k.good.append({**dict.fromkeys(COLUMNS), "id": i})
+    k.inputs += 2
+
+
 def clean_json(k: Kind) -> None:
     f = k.text("a.json", json_line)
     k.goods(f, 50)
@@ -681,6 +779,8 @@ KINDS: dict[str, tuple[dict[str, Any], Callable[[Kind], None]]] = {
     "parquet_values": (PARQUET, parquet_values),
     "json_gzip": (JSON_RAW, json_gzip),
     "csv_binary": (CSV, csv_binary),
+    "avro_corrupt": (AVRO, avro_corrupt),
+    "avro_wrong_types": (AVRO, avro_wrong_types),
 }
 #: Connectors with nothing bad in them, run beside the bad ones.
 CLEAN: dict[str, tuple[dict[str, Any], Callable[[Kind], None]]] = {

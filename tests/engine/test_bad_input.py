@@ -65,6 +65,12 @@ CAUSES = {
         "d.parquet": "Parquet file size is 0 bytes",
     },
     "json_gzip": {"b.json": "not UTF-8 text but gzip-compressed data (decompress it first)"},
+    "avro_corrupt": {
+        "b.avro": "not an Avro object container file: it does not start with 'Obj\\x01'",
+        "c.avro": "corrupt or truncated Avro container: the block at byte ",
+        "d.avro": "(it looks like JSON: format json?)",
+        "e.avro": "corrupt or truncated Avro container: the block at byte ",
+    },
     "csv_binary": {
         "b.csv": "not UTF-8 text but binary data (NUL bytes in its first 8192 bytes)",
         "c.csv": "the csv format reads UTF-8 text (it starts like a Parquet file: format parquet?)",
