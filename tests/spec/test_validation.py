@@ -164,7 +164,7 @@ def test_unknown_key_in_transport_config() -> None:
     assert path == "tables.t.connectors[0].transport.config.folow"
     assert (
         message
-        == "unknown field 'folow' (did you mean 'follow'?); allowed fields: path, follow, buffer_size_bytes, min_file_age"
+        == "unknown field 'folow' (did you mean 'follow'?); allowed fields: path, follow, buffer_size_bytes, min_file_age, relist_every, relist_margin_s, compression"
     )
 
 
