@@ -281,6 +281,7 @@ def _print_tables(spec: Any, runner: Any, show: int) -> None:
 
     for table in spec.tables:
         sink = table_sink(spec.name, table, runner.settings.warehouse)
+        sink.state_store_url = runner.settings.state_store_url  # the Iceberg catalog's default
         for kind in ("rows", "errors"):
             path = mask_url(sink.location(kind))  # a folder or an s3:// URL
             try:
