@@ -263,6 +263,28 @@ class IcebergSink(Sink):
             },
         )
 
+    def read(self, kind: Kind = "rows") -> pa.Table | None:
+        """The rows of the Iceberg table's current snapshot (through the catalog); None
+        when there is no table yet. Raises OSError (one line, no password)."""
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        uri = self.catalog_uri()
+        try:
+            with self.catalog() as catalog:
+                try:
+                    table = catalog.load_table(self.identifier(kind))
+                except (NoSuchTableError, NoSuchNamespaceError):
+                    return None
+                return table.scan().to_arrow()
+        except SinkUnwritable as e:
+            raise OSError(str(e)) from e
+        except Exception as e:
+            namespace, name = self.identifier(kind)
+            raise OSError(
+                f"cannot read the Iceberg table {namespace}.{name} at "
+                f"{_masked(self.location(kind), uri)}: {_masked(_first_line(e), uri)}"
+            ) from e
+
     # --- the staged-write protocol --------------------------------------------------
 
     def prepare(self, batch_id: int, attempt: str) -> None:

@@ -8,7 +8,9 @@ A reader polling the table during a multi-batch run never sees part of a batch."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -176,6 +178,35 @@ def test_engine_run_lands_batches_as_marked_snapshots(
     finally:
         store.close()
     assert len(load(store_url).metadata.snapshots) == 2
+
+
+def test_airflow_connectors_run_summarizes_the_iceberg_table(tmp_path: Path) -> None:
+    """``airflow-connectors run --state-store-url`` as users run it: the summary reads
+    the Iceberg table (and its dead letters) through the catalog in that store."""
+    src = tmp_path / "src"
+    write_source(src, 2, 50)
+    (src / "part-000002-bad.json").write_text("not json\n")
+    spec = tmp_path / "pipeline.json"
+    doc = {"pipeline": "p", "tables": {"events": table_spec(src, errors={"tolerance": "all"})}}
+    spec.write_text(json.dumps(doc))
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "home"), "PYSPARK_PYTHON": sys.executable}
+    env.pop("AIRFLOW__CONNECTORS__STATE_STORE_URL", None)
+    env.pop("AIRFLOW__CONNECTORS__WAREHOUSE", None)
+    url = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    wh = tmp_path / "wh"
+    cli = str(Path(sys.executable).parent / "airflow-connectors")
+    out = subprocess.run(
+        [cli, "run", str(spec), "--state-store-url", url, "--warehouse", str(wh), "--show", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"table events: 100 rows at {wh / 'p' / 'events'}" in out.stdout, out.stdout
+    assert "table events__errors: 1 rows" in out.stdout, out.stdout
+    assert read(url).num_rows == 100
 
 
 def test_catalog_uri_namespace_and_table_name(spark: Any, tmp_path: Path) -> None:
