@@ -21,7 +21,7 @@ an ingested store), which must not start Spark.
 Exit status: 0 (a benchmark reports, it does not judge) unless a correctness check fails
 (row counts, or Spark started by a run that found nothing new): then 1.
 
-Usage: ``.venv/bin/python bench/ingest.py [--size-mib 1024] [--files 64] [--rounds 3]
+Usage: ``.venv/bin/python bench/ingest.py [--size-mib 1024] [--files 64] [--rounds 3] [--s3]
 [--sinks parquet,delta]``
 """
 
@@ -333,6 +333,34 @@ def count_rows(spark: Any, path: str, out: str) -> int:
     return int(spark.read.parquet(out).count())
 
 
+def start_s3(data: dict[str, dict[str, Any]]) -> Any:
+    """An S3 test server on 127.0.0.1 holding every generated file under ``<format>/``."""
+    from airflow_connectors.testing.s3server import S3Server
+
+    server = S3Server().start()
+    server.create_bucket("bench")
+    client = server.client()
+    t0 = time.perf_counter()
+    for fmt, d in data.items():
+        for path in d["paths"]:
+            client.upload_file(path, "bench", f"{fmt}/{os.path.basename(path)}")
+    print(f"S3 test server {server.endpoint_url}: uploaded in {time.perf_counter() - t0:.1f} s")
+    return server
+
+
+def s3_doc(server: Any, fmt: str, key: str | None = None) -> dict[str, Any]:
+    """The benchmark pipeline reading ``<format>/`` (or one ``key``) of the S3 test
+    server into Parquet."""
+    doc = pipeline_doc(fmt, "unused")
+    (connector,) = doc["tables"]["events"]["connectors"]
+    where = {"key": key} if key else {"prefix": f"{fmt}/"}
+    connector["transport"] = {
+        "name": "s3_input",
+        "config": server.config("bench", relist_margin_s=0, **where),
+    }
+    return doc
+
+
 def engine_path(sink: str) -> str:
     """The name of the engine's timed path into ``sink``."""
     return "engine" if sink == "parquet" else f"engine-{sink}"
@@ -447,6 +475,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sinks", default="parquet", help="comma-separated engine sinks: parquet,delta"
     )
+    parser.add_argument(
+        "--s3",
+        action="store_true",
+        help="also time the engine reading the same files from an S3 test server on "
+        "127.0.0.1 (s3_input, moto) into Parquet: the 'engine-s3' path",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the Parquet outputs")
     parser.add_argument("--driver-memory", default="4g")
     args = parser.parse_args(argv)
@@ -489,11 +523,14 @@ def main(argv: list[str] | None = None) -> int:
 
     failures: list[str] = []
     results: dict[str, dict[str, Any]] = {}
+    s3 = start_s3(data) if args.s3 else None
     try:
         for fmt in formats:
             d = data[fmt]
             src_glob = os.path.join(d["dir"], f"*.{EXTENSIONS[fmt]}")
             docs = {engine_path(k): pipeline_doc(fmt, src_glob, k) for k in sinks}
+            if s3 is not None:
+                docs["engine-s3"] = s3_doc(s3, fmt)
             doc = next(iter(docs.values()))
             ddl = spark_ddl(doc)
             print(
@@ -512,6 +549,14 @@ def main(argv: list[str] | None = None) -> int:
                     spark,
                     pipeline_doc(fmt, warm, k),
                     tmp / fmt / f"warm-{engine_path(k)}",
+                    args.driver_memory,
+                )
+            if s3 is not None:  # one object: the S3 client and its connections
+                first = os.path.basename(d["paths"][0])
+                run_engine(
+                    spark,
+                    s3_doc(s3, fmt, key=f"{fmt}/{first}"),
+                    tmp / fmt / "warm-s3",
                     args.driver_memory,
                 )
             run_raw(spark, fmt, ddl, warm, tmp / fmt / "warm-raw")
@@ -559,6 +604,8 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(tmp / fmt, ignore_errors=True)
     finally:
         spark.stop()
+        if s3 is not None:
+            s3.stop()
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -584,6 +631,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"{fmt_s(min(e))} {fmt_s(statistics.median(e))} {fmt_s(min(w))} "
                 f"{fmt_s(statistics.median(w))} {ratio_med:9.2f} {ratio_min:9.2f} "
                 f"{'<=' + str(target):>7}  {verdict} (by median)"
+            )
+    for fmt, res in results.items():
+        if "engine-s3" in res["times"]:
+            local = statistics.median(res["times"]["engine"])
+            remote = statistics.median(res["times"]["engine-s3"])
+            print(
+                f"S3 overhead ({fmt}): engine from the S3 test server {remote:.2f} s vs from local "
+                f"files {local:.2f} s (median): x{remote / local:.2f}"
             )
     for fmt, res in results.items():
         nn = res["nothing_new"]
