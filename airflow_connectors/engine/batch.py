@@ -2,7 +2,8 @@
 
 1. The plan was persisted by discovery before any data moved.
 2. A committed batch is a no-op (its publish is rolled forward if a crash interrupted it).
-3. Executors write the batch's parts to a staging folder of this attempt.
+3. Executors write the batch's parts to a staging folder of this attempt: the work items
+   are packed into Spark tasks by size (:func:`pack`), each task writing few parts.
 4. Offsets, metrics and the batch state commit in one state-store transaction.
 5. The committed attempt is published into the table.
 A crash anywhere before 4 leaves the batch planned and the next run re-executes it.
@@ -11,13 +12,14 @@ A crash anywhere before 4 leaves the batch planned and the next run re-executes 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ from airflow_connectors.engine.spark import share_aws_environment
 from airflow_connectors.sinks.base import Sink, SinkUnwritable
 from airflow_connectors.spec.redact import mask_text, secret_values
 from airflow_connectors.state.store import BatchStatus, ErrorRecord, ItemReceipt, StateStore
+from airflow_connectors.transports import WorkItem
 
 log = logging.getLogger(__name__)
 
@@ -84,21 +87,15 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
     failpoints.reach("before_sink_write")
     session = spark()
     share_aws_environment(session)  # a warehouse on s3:// is written by the workers
-    plan = json.dumps(ctx.to_plan().to_json())  # with this attempt
     failpoints.reach("sink_write_started")
     try:
-        # One Spark task per work item; each writes its sink part and returns a receipt
-        # (or the item's failure: bad input never raises in the worker, see reader).
-        # A plain RDD job: Spark's pooled Python workers start once per session, where
-        # reading through the data source would start planner processes per batch.
-        items = len(batch.plan.items)
-        rows = (
-            session.sparkContext.parallelize(range(items), items)
-            .mapPartitionsWithIndex(functools.partial(ingest_partition, plan))
-            .collect()
-            if items
-            else []
-        )
+        # Work items packed into Spark tasks by size (as Spark's file sources pack
+        # files); each task writes its items' rows into its own rolling parts and
+        # returns one receipt per item (or the item's failure: bad input never raises
+        # in the worker, see reader). A plain RDD job: Spark's pooled Python workers
+        # start once per session, where reading through the data source would start
+        # planner processes per batch.
+        rows = _run_tasks(session, ctx, batch.plan.items)
     except Exception as exc:
         # Spark itself failed (a worker crashed, the JVM ran out of memory): one line of
         # the error, the whole Py4J text at DEBUG.
@@ -106,7 +103,7 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
         return _fail(store, ctx, sink, message, kind, exc)
     failpoints.reach("after_sink_write")
     results = sorted((json.loads(r) for r in rows), key=lambda d: d["part"])
-    failures = [ItemFailure(**d["failure"]) for d in results if "failure" in d]
+    failures = _failures(results, batch.plan.items, f"connector {ctx.ref}: batch {batch_id}")
     if failures:
         for f in failures:
             log.debug(
@@ -165,6 +162,88 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
         result.seconds,
     )
     return result
+
+
+def _failures(
+    results: list[dict[str, Any]], items: Sequence[WorkItem], where: str
+) -> list[ItemFailure]:
+    """The items' failures in plan order; an item no task answered for is one too."""
+    failures = [ItemFailure(**d["failure"]) for d in results if "failure" in d]
+    answered = {d["part"] for d in results}
+    lost = [item.key for n, item in enumerate(items) if n not in answered]
+    if lost and not failures:
+        failures.append(
+            ItemFailure(
+                "internal",
+                lost[0],
+                f"{where} failed: {len(lost)} work item(s) from {lost[0]} on got no answer "
+                "from their Spark task (an internal error); the next run retries it",
+            )
+        )
+    return failures
+
+
+def _run_tasks(session: Any, ctx: BatchContext, items: Sequence[WorkItem]) -> list[str]:
+    """Runs the batch's Spark job: ``items`` packed into tasks (:func:`pack`); returns
+    the tasks' answers, one JSON string per item."""
+    if not items:
+        return []
+    sc = session.sparkContext
+    groups = pack(
+        items,
+        ctx.connector.max_partition_bytes,
+        ctx.connector.open_cost_bytes,
+        # Stand-ins for Spark that run tasks in-process (the conformance kit) have none.
+        getattr(sc, "defaultParallelism", 1),
+    )
+    # Each task gets the plan without its items (small) and its own items.
+    header = json.dumps(dataclasses.replace(ctx.to_plan(), items=()).to_json())
+    payload = [json.dumps([[n, items[n].to_json()] for n in group]) for group in groups]
+    log.info(
+        "%s batch %d: %d work item(s) in %d Spark task(s)",
+        ctx.ref,
+        ctx.batch_id,
+        len(items),
+        len(groups),
+    )
+    body = functools.partial(ingest_partition, header, len(groups))
+    rows: list[str] = sc.parallelize(payload, len(payload)).mapPartitionsWithIndex(body).collect()
+    return rows
+
+
+def item_bytes(item: WorkItem) -> int:
+    """The bytes a work item reads, when its size is known (else 0)."""
+    if item.size is None:
+        return 0
+    end = item.end if item.end is not None else item.size
+    return max(0, end - item.start)
+
+
+def pack(
+    items: Sequence[WorkItem], max_bytes: int, open_cost: int, parallelism: int = 1
+) -> list[list[int]]:
+    """The indexes of ``items`` grouped into Spark tasks, as Spark's file sources pack
+    files (``FilePartition.getFilePartitions``) but in key order: each item weighs its
+    bytes plus ``open_cost``; a task takes items while its weight plus the next item's
+    bytes stays within ``min(max_bytes, max(open_cost, total weight / parallelism))``,
+    so small items share tasks, large inputs still spread over ``parallelism`` tasks,
+    and an item never shares a task it would overfill. Deterministic for a plan and
+    these settings."""
+    sizes = [item_bytes(i) for i in items]
+    total = sum(sizes) + open_cost * len(sizes)
+    split = max(1, min(max_bytes, max(open_cost, total // max(1, parallelism))))
+    groups: list[list[int]] = []
+    current: list[int] = []
+    weight = 0
+    for n, size in enumerate(sizes):
+        if current and weight + size > split:
+            groups.append(current)
+            current, weight = [], 0
+        current.append(n)
+        weight += size + open_cost
+    if current:
+        groups.append(current)
+    return groups
 
 
 def _fail(

@@ -9,9 +9,10 @@ Every registered transport is a Spark format of the same name. Users outside Air
           .option("format.update_format", "raw").load())
 
 The engine runs planned batches through the same transport and format code
-(:func:`airflow_connectors.engine.reader.ingest_partition`), one Spark task per work item
-that decodes with pyarrow and writes its sink part from the executor, returning a receipt
-(measured ~2x faster than handing Arrow rows to the JVM writer for JSON). It submits them
+(:func:`airflow_connectors.engine.reader.ingest_partition`): work items packed into Spark
+tasks by size, each task decoding with pyarrow and writing its sink parts from the
+executor, returning a receipt per item (measured ~2x faster than handing Arrow rows to the
+JVM writer for JSON). It submits them
 as a plain RDD job rather than through these sources: reading a Python data source starts
 fresh Python planner processes for every batch, where RDD tasks reuse Spark's pooled
 workers.

@@ -1,7 +1,17 @@
-"""Read one work item inside a Spark executor: transport -> format -> table schema ->
-sink part, with bad records counted, reported and (``errors.tolerance: all``) written to
-the dead-letter table. Pure Python + pyarrow; :func:`ingest_partition` is the Spark task
-body the engine runs, :mod:`.datasource` wraps the same code as Spark data sources.
+"""Read work items inside a Spark executor: transport -> format -> table schema -> sink
+parts, with bad records counted, reported and (``errors.tolerance: all``) written to the
+dead-letter table. Pure Python + pyarrow; :func:`ingest_partition` is the Spark task body
+the engine runs, :mod:`.datasource` wraps the same code as Spark data sources.
+
+One Spark task ingests a group of work items (the engine packs small items together by
+size, as Spark's file sources do) and writes their rows through ONE rolling part writer
+per kind (rows, dead letters): a new part starts once the Arrow bytes written reach the
+sink's ``target_file_size``, so a batch of many small inputs makes few table files.
+Receipts stay per item. Under ``errors.tolerance: all`` an item may still be skipped as
+unreadable after some of its rows were decoded, so its output is held back until it
+completes: in memory up to :data:`ITEM_BUFFER_BYTES`, beyond that in parts of its own that
+stay open (and are aborted if it is skipped). Under ``none`` any failure fails the
+batch, whose attempt is discarded whole, so rows go straight to the shared parts.
 
 A failure that is not about one record is classified here, in the worker, and returned
 to the driver as an :class:`ItemFailure` (one line, plus the worker's trace for DEBUG
@@ -29,11 +39,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.formats.base import RecordError, conform
-from airflow_connectors.sinks.base import PartWriter, SinkUnwritable
+from airflow_connectors.sinks.base import Kind, PartWriter, SinkConfig, SinkUnwritable
 from airflow_connectors.state.store import BatchPlan, ErrorRecord, ItemReceipt
 from airflow_connectors.transports import WorkItem
-from airflow_connectors.transports.compression import CompressionError
-from airflow_connectors.transports.retry import RetryStats, counting
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -44,6 +52,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_REPORTED_ERRORS = 100
+#: Decoded bytes of one item held in memory until it completes (``errors.tolerance:
+#: all``); an item that decodes to more writes parts of its own.
+ITEM_BUFFER_BYTES = 16 << 20
+#: A part's size when the sink's config has no ``target_file_size``.
+DEFAULT_TARGET_BYTES = 128 << 20
 
 Stage = Literal["object", "source", "sink", "parse", "internal"]
 
@@ -88,25 +101,16 @@ class ItemOutcome:
 
 class _Counter:
     """The transport's chunks, counted; remembers an error the transport raised, so a
-    failure surfacing through the format is still told apart from a decoding error.
-    ``retried`` counts the transient errors the transport retried while reading."""
+    failure surfacing through the format is still told apart from a decoding error."""
 
     def __init__(self, read: Callable[[], Iterable[Any]]) -> None:
         self.read = read
         self.bytes = 0
         self.error: BaseException | None = None
-        self.retried = RetryStats()
 
     def __iter__(self) -> Iterator[Any]:
         try:
-            with counting(self.retried):
-                chunks = iter(self.read())
-            while True:
-                # Only the transport's own steps count as this item's retries.
-                with counting(self.retried):
-                    chunk = next(chunks, None)
-                if chunk is None:
-                    return
+            for chunk in self.read():
                 if isinstance(chunk, bytes | bytearray | memoryview):
                     self.bytes += len(chunk)
                 yield chunk
@@ -115,27 +119,164 @@ class _Counter:
             raise
 
 
-class _SinkPart(PartWriter):
-    """A part writer whose failures are sink failures, whatever the sink raises."""
+class _ItemWriter:
+    """Where one kind of an item's output goes; whatever the sink raises is a sink
+    failure of the item."""
 
-    def __init__(self, inner: PartWriter, fail: Any) -> None:
-        self.inner = inner
+    def __init__(self, out: _ItemParts, kind: Kind, fail: Callable[[BaseException], Any]) -> None:
+        self.out = out
+        self.kind = kind
         self.fail = fail
 
-    def write(self, table: Any) -> None:
+    def write(self, table: pa.Table) -> None:
+        """Hands ``table`` to the item's output."""
         try:
-            self.inner.write(table)
+            self.out.write(self.kind, table)
         except Exception as e:
             raise self.fail(e) from e
+
+
+class _Rolling:
+    """One kind's part writers: a part is written until the Arrow bytes written to it
+    reach the sink's ``target_file_size``, then the next one starts. Shared parts close
+    as they fill; an item's own parts (``keep_open``) stay open until the item is
+    committed or skipped, so a skip drops all of them."""
+
+    def __init__(self, parts: _TaskParts, kind: Kind, *, keep_open: bool) -> None:
+        self.task = parts
+        self.kind: Kind = kind
+        self.keep_open = keep_open
+        self.open: list[PartWriter] = []
+        self.current: PartWriter | None = None
+        self.bytes = 0
+        self.rows = 0  # handed to the parts
+        self.closed_rows = 0  # what closed parts reported
+
+    def write(self, table: pa.Table) -> None:
+        """Appends ``table`` to the current part (starting one if needed)."""
+        if table.num_rows == 0:
+            return
+        if self.current is None:
+            self.current = self.task.open_part(self.kind)
+            self.open.append(self.current)
+            self.bytes = 0
+        self.current.write(table)
+        self.rows += table.num_rows
+        self.bytes += table.nbytes
+        if self.bytes >= self.task.target:
+            if not self.keep_open:
+                self.open.remove(self.current)
+                self.closed_rows += self.current.close()
+            self.current = None
 
     def close(self) -> int:
-        try:
-            return self.inner.close()
-        except Exception as e:
-            raise self.fail(e) from e
+        """Closes the open parts; returns the rows the parts reported written."""
+        while self.open:
+            self.closed_rows += self.open.pop(0).close()
+        self.current = None
+        return self.closed_rows
 
     def abort(self) -> None:
-        self.inner.abort()
+        """Drops the open parts (closed ones stay: only shared parts close early)."""
+        for w in self.open:
+            w.abort()
+        self.open = []
+        self.current = None
+
+
+class _TaskParts:
+    """The part writers of one Spark task: one rolling writer per kind shared by the
+    task's items, and the part numbers: task ``t`` of ``n`` numbers its parts ``t``,
+    ``t + n``, ``t + 2n``... (unique in the batch, the same on a re-run of the plan)."""
+
+    def __init__(self, ctx: BatchContext, sink: Sink, task: int, tasks: int) -> None:
+        self.ctx = ctx
+        self.sink = sink
+        self.task = task
+        self.tasks = max(tasks, task + 1)
+        config = sink.config
+        self.target = (
+            config.target_file_size if isinstance(config, SinkConfig) else DEFAULT_TARGET_BYTES
+        )
+        self.parts = 0
+        self.shared: dict[Kind, _Rolling] = {}
+
+    def open_part(self, kind: Kind) -> PartWriter:
+        """A new part of the batch attempt."""
+        part = self.task + self.parts * self.tasks
+        self.parts += 1
+        return self.sink.writer(self.ctx.batch_id, self.ctx.attempt, part, kind)
+
+    def rolling(self, kind: Kind) -> _Rolling:
+        """The task's shared writer of ``kind``."""
+        if kind not in self.shared:
+            self.shared[kind] = _Rolling(self, kind, keep_open=False)
+        return self.shared[kind]
+
+    def close(self) -> None:
+        """Closes the shared parts; checks they hold every row handed to them."""
+        for kind, w in self.shared.items():
+            written = w.close()
+            assert written == w.rows, f"wrote {written} {kind}, handed {w.rows} to the parts"
+
+    def abort(self) -> None:
+        """Drops the open shared parts (the batch fails: its attempt is discarded)."""
+        for w in self.shared.values():
+            w.abort()
+
+
+class _ItemParts:
+    """What one item writes. ``buffered`` (``errors.tolerance: all``, where the item may
+    be skipped as unreadable after some rows): held back until :meth:`commit`, in memory
+    up to :data:`ITEM_BUFFER_BYTES`, then in parts of its own; otherwise straight into
+    the task's shared parts."""
+
+    def __init__(self, parts: _TaskParts, *, buffered: bool) -> None:
+        self.task = parts
+        self.buffered = buffered
+        self.pending: list[tuple[Kind, pa.Table]] = []
+        self.pending_bytes = 0
+        self.own: dict[Kind, _Rolling] | None = None
+
+    def write(self, kind: Kind, table: pa.Table) -> None:
+        """Writes (or holds back) ``table``."""
+        if table.num_rows == 0:
+            return
+        if not self.buffered:
+            self.task.rolling(kind).write(table)
+        elif self.own is not None:
+            self._own(kind).write(table)
+        else:
+            self.pending.append((kind, table))
+            self.pending_bytes += table.nbytes
+            if self.pending_bytes > ITEM_BUFFER_BYTES:  # too big to hold: parts of its own
+                self.own = {}
+                pending, self.pending = self.pending, []
+                for k, t in pending:
+                    self._own(k).write(t)
+
+    def _own(self, kind: Kind) -> _Rolling:
+        assert self.own is not None
+        if kind not in self.own:
+            self.own[kind] = _Rolling(self.task, kind, keep_open=True)
+        return self.own[kind]
+
+    def commit(self) -> None:
+        """The item completed: what it held back goes into the shared parts, its own
+        parts close."""
+        pending, self.pending = self.pending, []
+        for kind, table in pending:
+            self.task.rolling(kind).write(table)
+        for kind, w in (self.own or {}).items():
+            written = w.close()
+            assert written == w.rows, f"wrote {written} {kind}, handed {w.rows} to the parts"
+
+    def abort(self) -> None:
+        """The item is skipped: nothing of it lands (its shared rows, if unbuffered,
+        go with the failed batch's attempt)."""
+        self.pending = []
+        for w in (self.own or {}).values():
+            w.abort()
 
 
 def cause(e: BaseException) -> str:
@@ -144,34 +285,94 @@ def cause(e: BaseException) -> str:
     return lines[0].strip().rstrip(".") if lines else type(e).__name__
 
 
+class _Task:
+    """One Spark task: a group of work items read with one transport and format and
+    written through the task's shared parts (:class:`_TaskParts`)."""
+
+    def __init__(self, ctx: BatchContext, task: int, tasks: int) -> None:
+        self.ctx = ctx
+        self.parts = _TaskParts(ctx, ctx.sink(), task, tasks)
+        self.tolerate = ctx.connector.errors.tolerance == "all"
+        self.schema = ctx.table.arrow_schema()
+        self._transport: Transport | None = None
+        self._format: tuple[Format | None] | None = None
+        #: An item of the task failed: the batch fails, the shared parts are dropped.
+        self.failed = False
+        self.last: WorkItem | None = None
+
+    def transport(self) -> Transport:
+        """The connector's transport, built once per task."""
+        if self._transport is None:
+            self._transport = self.ctx.transport()
+        return self._transport
+
+    def format(self) -> Format | None:
+        """The connector's format (None: integrated transport), built once per task."""
+        if self._format is None:
+            self._format = (self.ctx.format(),)
+        return self._format[0]
+
+    def ingest(self, item: WorkItem) -> ItemOutcome:
+        """Read ``item`` into the task's parts.
+
+        Raises :class:`ItemFailed` when the item cannot be ingested; returns a skipped
+        item's receipt (and its transport error) when ``errors.tolerance: all`` lets an
+        unreadable object pass."""
+        self.last = item
+        out = _ItemParts(self.parts, buffered=self.tolerate)
+        try:
+            return _ingest_item(self, item, out)
+        except ItemFailed as failed:
+            f = failed.failure
+            out.abort()  # nothing of a skipped object lands
+            if f.stage != "object" or not self.tolerate:
+                self.failed = True
+                raise
+        except BaseException:
+            self.failed = True
+            raise
+        return ItemOutcome(
+            ItemReceipt(
+                key=item.key,
+                offset=item.end if item.end is not None else item.start,
+                records=0,
+                bad=0,
+                bytes=0,
+                completed=True,
+                records_done=item.records_done,
+            ),
+            [ErrorRecord("transport", f.message, item.key)],
+        )
+
+    def close(self) -> ItemFailure | None:
+        """Finish the task's parts (drop them when an item failed); a failure to write
+        them is the sink failure of the task's last item."""
+        if self.failed or self.last is None:
+            self.parts.abort()
+            return None
+        try:
+            self.parts.close()
+        except Exception as e:
+            self.parts.abort()
+            return _sink_failure(self.ctx, self.last, e).failure
+        return None
+
+
 def ingest_item(ctx: BatchContext, part: int, item: WorkItem) -> ItemOutcome:
-    """Read ``item`` and write its rows as part ``part`` of the batch attempt.
+    """Read ``item`` and write its rows as parts of the batch attempt, alone in its
+    task (task ``part`` of ``len(ctx.items)``).
 
     Raises :class:`ItemFailed` when the item cannot be ingested; returns a skipped
     item's receipt (and its transport error) when ``errors.tolerance: all`` lets an
     unreadable object pass."""
-    tolerate = ctx.connector.errors.tolerance == "all"
-    writers: list[PartWriter] = []
+    task = _Task(ctx, part, len(ctx.items))
     try:
-        return _ingest_item(ctx, part, item, writers)
-    except ItemFailed as failed:
-        f = failed.failure
-        if f.stage != "object" or not tolerate:
-            raise
-    for w in writers:  # nothing of a skipped object lands
-        w.abort()
-    return ItemOutcome(
-        ItemReceipt(
-            key=item.key,
-            offset=item.end if item.end is not None else item.start,
-            records=0,
-            bad=0,
-            bytes=0,
-            completed=True,
-            records_done=item.records_done,
-        ),
-        [ErrorRecord("transport", f.message, item.key)],
-    )
+        outcome = task.ingest(item)
+    finally:
+        failure = task.close()
+    if failure is not None:
+        raise ItemFailed(failure)
+    return outcome
 
 
 def _failure(
@@ -203,67 +404,56 @@ def _names(text: str, key: str) -> bool:
     return key in text or mask_url(key) in text
 
 
-def _ingest_item(
-    ctx: BatchContext, part: int, item: WorkItem, writers: list[PartWriter]
-) -> ItemOutcome:
-    transport = ctx.transport()
-    fmt = ctx.format()
-    ingest = _ItemIngest(ctx, part, item, transport, ctx.sink(), writers)
-    schema = ctx.table.arrow_schema()
+def _sink_failure(ctx: BatchContext, item: WorkItem, e: BaseException) -> ItemFailed:
+    """Classify an error raised while writing the table (``item`` was being written)."""
+    if isinstance(e, ItemFailed):
+        return e
+    text = (
+        str(e)
+        if isinstance(e, SinkUnwritable)
+        else f"cannot write table {ctx.table.name}: {type(e).__name__}: {cause(e)}"
+    )
+    return _failure(ctx, item, "sink", e, text)
+
+
+def _ingest_item(task: _Task, item: WorkItem, out: _ItemParts) -> ItemOutcome:
+    fmt = task.format()
+    ingest = _ItemIngest(task.ctx, item, task.transport(), out)
     rows = ingest.writer("rows")
     if fmt is None:  # integrated transport: record batches in the table schema
-        nbytes = ingest.convert(rows, schema)
+        nbytes = ingest.convert(rows, task.schema)
         offset = item.end if item.end is not None else item.start + ingest.good
     else:
         nbytes = ingest.decode(rows, fmt)
         offset = item.start + nbytes
-    written = rows.close()
-    if ingest.dead is not None:
-        ingest.dead.close()
-    assert written == ingest.good, f"wrote {written} rows, decoded {ingest.good}"
-    return ItemOutcome(
-        _receipt(item, offset, ingest.good, ingest.bad, nbytes, ingest.counted.retried.count),
-        ingest.reported,
-    )
+    try:
+        out.commit()
+    except Exception as e:
+        raise ingest.sink_failed(e) from e
+    return ItemOutcome(_receipt(item, offset, ingest.good, ingest.bad, nbytes), ingest.reported)
 
 
 class _ItemIngest:
-    """One work item being ingested: its part writers, its counts of rows and bad
+    """One work item being ingested: where its output goes, its counts of rows and bad
     records, the errors to report, and the classification of its failures."""
 
     def __init__(
-        self,
-        ctx: BatchContext,
-        part: int,
-        item: WorkItem,
-        transport: Transport,
-        sink: Sink,
-        writers: list[PartWriter],
+        self, ctx: BatchContext, item: WorkItem, transport: Transport, out: _ItemParts
     ) -> None:
         self.ctx = ctx
-        self.part = part
         self.item = item
-        self.sink = sink
-        self.writers = writers
+        self.out = out
         self.counted = _Counter(lambda: transport.read(item))
-        self.dead: PartWriter | None = None
+        self.dead: _ItemWriter | None = None
         self.good = 0
         self.bad = 0
         self.reported: list[ErrorRecord] = []
 
-    def writer(self, kind: Literal["rows", "errors"]) -> PartWriter:
-        """A part writer of the batch attempt, kept in ``writers`` to abort if needed."""
-        ctx = self.ctx
-        try:
-            w = _SinkPart(
-                self.sink.writer(ctx.batch_id, ctx.attempt, self.part, kind), self.sink_failed
-            )
-        except Exception as e:
-            raise self.sink_failed(e) from e
-        self.writers.append(w)
-        return w
+    def writer(self, kind: Kind) -> _ItemWriter:
+        """Where the item's rows (or dead letters) go; sink errors are its failures."""
+        return _ItemWriter(self.out, kind, self.sink_failed)
 
-    def convert(self, rows: PartWriter, schema: pa.Schema) -> int:
+    def convert(self, rows: _ItemWriter, schema: pa.Schema) -> int:
         """Writes the integrated transport's record batches; returns their size in bytes."""
         import pyarrow as pa
 
@@ -279,7 +469,7 @@ class _ItemIngest:
             raise self.read_failed(e, f"cannot convert the records of {self.item.key}") from e
         return nbytes
 
-    def decode(self, rows: PartWriter, fmt: Format) -> int:
+    def decode(self, rows: _ItemWriter, fmt: Format) -> int:
         """Writes the records ``fmt`` decodes from the transport's bytes and handles the
         bad ones; returns how many bytes were consumed."""
         item = self.item
@@ -353,14 +543,7 @@ class _ItemIngest:
 
     def sink_failed(self, e: BaseException) -> ItemFailed:
         """Classify an error raised while writing the table."""
-        if isinstance(e, ItemFailed):
-            return e
-        text = (
-            str(e)
-            if isinstance(e, SinkUnwritable)
-            else f"cannot write table {self.ctx.table.name}: {type(e).__name__}: {cause(e)}"
-        )
-        return _failure(self.ctx, self.item, "sink", e, text)
+        return _sink_failure(self.ctx, self.item, e)
 
     def read_failed(self, e: Exception, what: str) -> ItemFailed:
         """Classify an error raised while reading and decoding the item."""
@@ -374,16 +557,15 @@ class _ItemIngest:
                 if _names(cause(err), item.key)
                 else f"cannot read {item.key}: {cause(err)}"
             )
-            # A vanished or corrupt (compressed) object is unreadable (skippable);
-            # anything else is a source that cannot be reached now, retried by the next run.
-            unreadable = isinstance(err, FileNotFoundError | CompressionError)
-            return _failure(ctx, item, "object" if unreadable else "source", err, text)
+            # A vanished object is unreadable (skippable); anything else is a source
+            # that cannot be reached now, retried by the next run.
+            return _failure(
+                ctx, item, "object" if isinstance(err, FileNotFoundError) else "source", err, text
+            )
         return _failure(ctx, item, "object", e, f"{what}: {cause(e)}")
 
 
-def _receipt(
-    item: WorkItem, offset: int, good: int, bad: int, nbytes: int, retries: int = 0
-) -> ItemReceipt:
+def _receipt(item: WorkItem, offset: int, good: int, bad: int, nbytes: int) -> ItemReceipt:
     return ItemReceipt(
         key=item.key,
         offset=offset,
@@ -392,7 +574,6 @@ def _receipt(
         bytes=nbytes,
         completed=item.final,
         records_done=item.records_done,
-        retries=retries,
         # What the item was planned with (e.g. an HTTP body's ETag and length) stays with
         # the offset, so the next discovery can tell a changed source from more of it.
         meta={
@@ -417,38 +598,62 @@ def _bytes_only(chunks: Iterable[object]) -> Iterator[bytes]:
         yield bytes(chunk)
 
 
-def ingest_partition(plan: str, part: int, _rows: Iterator[object]) -> Iterator[str]:
-    """Spark task body (``rdd.mapPartitionsWithIndex``): ingest work item ``part`` of the
-    batch described by ``plan`` (:meth:`BatchPlan.to_json`) and return its receipt,
-    or its :class:`ItemFailure`, as one JSON string. Never raises for bad input: the
-    driver turns a failure into one line. Module-level so Spark's Python workers import
-    it by reference."""
+def ingest_partition(plan: str, tasks: int, task: int, groups: Iterator[str]) -> Iterator[str]:
+    """Spark task body (``rdd.mapPartitionsWithIndex``): task ``task`` of ``tasks``
+    ingests its group of work items (each element of ``groups``: a JSON list of ``[index
+    in the plan, work item]``) of the batch ``plan`` describes (:meth:`BatchPlan.to_json`;
+    its own items are not read) and returns, per item, its receipt or its
+    :class:`ItemFailure` as one JSON string ``{"part": index, ...}``. Never raises for bad
+    input: the driver turns a failure into one line. Module-level so Spark's Python
+    workers import it by reference."""
     import json
 
     data = json.loads(plan)
-    where = f"batch {data['batch_id']}"
+    entries: list[tuple[int, dict[str, Any]]] = [
+        (int(index), raw) for group in groups for index, raw in json.loads(group)
+    ]
     try:
-        ctx = BatchContext.from_plan(BatchPlan.from_json(data))
-        item = ctx.items[part]
-        where = f"connector {ctx.ref}: batch {ctx.batch_id} failed on {item.key}"
-        outcome = ingest_item(ctx, part, item)
-    except ItemFailed as e:
-        yield json.dumps({"part": part, "failure": e.failure.to_json()})
-        return
+        ctx = BatchContext.from_plan(BatchPlan.from_json({**data, "items": []}))
+        runner = _Task(ctx, task, tasks)
     except Exception as e:  # a bug, not bad input: still one line, the trace for DEBUG
-        failure = ItemFailure(
-            "internal",
-            data["items"][part]["key"],  # the plan as sent: it may not have parsed
-            f"{where}: {type(e).__name__}: {cause(e)} (an internal error; the full trace is "
-            "logged at DEBUG level)",
-            "".join(traceback.format_exception(e)),
-        )
-        yield json.dumps({"part": part, "failure": failure.to_json()})
+        for index, raw in entries:
+            yield _internal(index, raw["key"], f"batch {data['batch_id']}", e)
         return
-    yield json.dumps(
-        {
-            "part": part,
-            "receipt": outcome.receipt.to_json(),
-            "errors": [e.__dict__ for e in outcome.errors],
-        }
+    results: list[str] = []
+    for index, raw in entries:
+        where = f"connector {ctx.ref}: batch {ctx.batch_id} failed on {raw['key']}"
+        try:
+            outcome = runner.ingest(WorkItem.from_json(raw))
+        except ItemFailed as e:
+            results.append(json.dumps({"part": index, "failure": e.failure.to_json()}))
+        except Exception as e:
+            results.append(_internal(index, raw["key"], where, e))
+        else:
+            results.append(
+                json.dumps(
+                    {
+                        "part": index,
+                        "receipt": outcome.receipt.to_json(),
+                        "errors": [e.__dict__ for e in outcome.errors],
+                    }
+                )
+            )
+    failure = runner.close()
+    if failure is not None:  # the task's parts could not be written
+        results.append(json.dumps({"part": entries[-1][0], "failure": failure.to_json()}))
+    yield from results
+
+
+def _internal(index: int, key: str, where: str, e: BaseException) -> str:
+    """An internal failure (a bug, not bad input) of item ``index`` as the task's JSON
+    answer: one line, the trace for DEBUG logs."""
+    import json
+
+    failure = ItemFailure(
+        "internal",
+        key,
+        f"{where}: {type(e).__name__}: {cause(e)} (an internal error; the full trace is "
+        "logged at DEBUG level)",
+        "".join(traceback.format_exception(e)),
     )
+    return json.dumps({"part": index, "failure": failure.to_json()})

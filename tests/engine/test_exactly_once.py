@@ -139,6 +139,8 @@ def plan_case(root: Path, store_url: str, source: Source) -> Case:
                     {
                         "name": "files",
                         "tasks_max": 1,
+                        # One Spark task (so one part) per file: four parts to publish.
+                        "max_partition_bytes": 1,
                         "transport": {
                             "name": "file_input",
                             "config": {"path": str(source.folder), "min_file_age": 0},
