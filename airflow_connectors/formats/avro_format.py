@@ -20,6 +20,7 @@ with records already committed (``first_record > 1``) skips them.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -162,6 +163,7 @@ class AvroFormat(Format):
     def _container(self, source: _Source) -> tuple[Iterator[dict[str, Any]], Any]:
         import fastavro
 
+        _register_codecs()
         head = source.read(len(MAGIC))
         if head != MAGIC:
             raise AvroError(_not_avro(head))
@@ -355,6 +357,78 @@ def _plain(value: Any) -> Any:
     import uuid
 
     return str(value) if isinstance(value, uuid.UUID) else value
+
+
+def _register_codecs() -> None:
+    """Block codecs fastavro reads only with libraries this package does not install
+    (snappy, zstandard, lz4), read with pyarrow's and zstandard's codecs instead.
+    Snappy is the codec Spark, Hive and many Kafka Connect sinks write by default."""
+    from fastavro.read import BLOCK_READERS
+
+    for codec, read in (("snappy", _snappy_block), ("zstandard", _zstd_block), ("lz4", _lz4_block)):
+        current = BLOCK_READERS.get(codec)
+        if current is None or "missing" in getattr(current, "__qualname__", ""):
+            BLOCK_READERS[codec] = read
+
+
+def _read_long(fo: Any) -> int:
+    """An Avro long (zigzag varint) from ``fo``."""
+    shift = result = 0
+    byte: bytes
+    while True:
+        byte = fo.read(1)
+        if not byte:
+            raise EOFError("the block ends inside its length")
+        b: int = byte[0]
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1)
+        shift += 7
+
+
+def _read_exactly(fo: Any, n: int) -> bytes:
+    if n < 0:
+        raise ValueError(f"a block of negative length {n}")
+    data: bytes = fo.read(n)
+    if len(data) != n:
+        raise EOFError(f"Expected {n} bytes, read {len(data)}")
+    return data
+
+
+def _snappy_block(fo: Any) -> io.BytesIO:
+    import zlib
+
+    import pyarrow as pa
+
+    data = _read_exactly(fo, _read_long(fo) - 4)
+    crc = int.from_bytes(_read_exactly(fo, 4), "big")
+    size = shift = 0
+    for b in data[:10]:  # the uncompressed length leads a raw snappy block (a varint)
+        size |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            break
+    out = pa.Codec("snappy").decompress(data, decompressed_size=size, asbytes=True)
+    if zlib.crc32(out) != crc:
+        raise ValueError("the snappy block's CRC-32 does not match its data")
+    return io.BytesIO(out)
+
+
+def _zstd_block(fo: Any) -> io.BytesIO:
+    import zstandard
+
+    data = _read_exactly(fo, _read_long(fo))
+    return io.BytesIO(zstandard.ZstdDecompressor().decompressobj().decompress(data))
+
+
+def _lz4_block(fo: Any) -> io.BytesIO:
+    import pyarrow as pa
+
+    data = _read_exactly(fo, _read_long(fo))
+    size = int.from_bytes(data[:4], "little")  # lz4.block's stored size
+    return io.BytesIO(
+        pa.Codec("lz4_raw").decompress(data[4:], decompressed_size=size, asbytes=True)
+    )
 
 
 def _named_types(schema: Any) -> dict[str, Any]:

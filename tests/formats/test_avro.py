@@ -365,3 +365,67 @@ def test_a_schema_without_a_not_null_column_makes_every_record_a_dead_letter() -
         in (found[0][1])
     )
     assert json.loads(found[-1][2]) == {"name": "n19999"}
+
+
+def _recompress(data: bytes, codec: str) -> bytes:
+    """``data`` (a container written with codec null) with its blocks compressed as
+    Avro's ``codec`` specifies: built by hand, as fastavro writes these codecs only with
+    libraries this project does not install."""
+    import zlib
+
+    import pyarrow as pa
+    import zstandard
+
+    def long(n: int) -> bytes:
+        n = (n << 1) ^ (n >> 63)
+        out = bytearray()
+        while n & ~0x7F:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+        return bytes(out)
+
+    reader = fastavro.block_reader(io.BytesIO(data))
+    header = io.BytesIO()
+    meta = {**reader.metadata, "avro.codec": codec}
+    fastavro.schemaless_writer(
+        header,
+        fastavro.parse_schema(
+            {
+                "type": "record",
+                "name": "org.apache.avro.file.Header",
+                "fields": [
+                    {"name": "magic", "type": {"type": "fixed", "name": "Magic", "size": 4}},
+                    {"name": "meta", "type": {"type": "map", "values": "bytes"}},
+                    {"name": "sync", "type": {"type": "fixed", "name": "Sync", "size": 16}},
+                ],
+            }
+        ),
+        {"magic": b"Obj\x01", "meta": {k: v.encode() for k, v in meta.items()}, "sync": b"s" * 16},
+    )
+    out = bytearray(header.getvalue())
+    for block in reader:
+        raw = block.bytes_.getvalue()
+        if codec == "snappy":
+            body = pa.Codec("snappy").compress(raw, asbytes=True)
+            body += zlib.crc32(raw).to_bytes(4, "big")
+        elif codec == "zstandard":
+            body = zstandard.ZstdCompressor().compress(raw)
+        else:  # lz4, as lz4.block stores it: the size, then the raw block
+            body = len(raw).to_bytes(4, "little") + pa.Codec("lz4_raw").compress(raw, asbytes=True)
+        out += long(block.num_records) + long(len(body)) + body + b"s" * 16
+    return bytes(out)
+
+
+@pytest.mark.parametrize("codec", ["snappy", "zstandard", "lz4"])
+def test_snappy_zstandard_and_lz4_blocks(codec: str) -> None:
+    plain = container(V1, [v1_row(i) for i in range(1, 401)], sync_interval=2000)
+    data = _recompress(plain, codec)
+    assert data != plain and fastavro.block_reader(io.BytesIO(data)).codec == codec
+    out = decode(data, chunk=1000)
+    assert rows(out) == [v1_expected(i) for i in range(1, 401)]
+    if codec == "snappy":  # a block whose checksum does not match is corrupt
+        bad = bytearray(data)
+        bad[-17] ^= 0xFF  # the last CRC byte of the last block
+        with pytest.raises(AvroError, match="CRC-32"):
+            decode(bytes(bad))
