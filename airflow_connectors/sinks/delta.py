@@ -263,13 +263,20 @@ class DeltaSink(Sink):
     def _check_writable(self, uri: str) -> None:
         where = f"table {self.table.name}: cannot write {uri}"
         if _fs.is_object_store(uri):
+            import pyarrow.fs as pafs
+
             try:
                 fs, path = _fs.filesystem(uri)
-                fs.get_file_info(path.split("/", 1)[0])  # the bucket answers
+                bucket = fs.get_file_info(path.split("/", 1)[0])  # the bucket answers
                 fs.get_file_info(path)
             except (OSError, ValueError) as e:
                 message = _fs.describe_error(uri, e)
                 raise SinkUnwritable(f"table {self.table.name}: {message}; {REMEDY}") from e
+            if bucket.type == pafs.FileType.NotFound:
+                raise SinkUnwritable(
+                    f"{where}: bucket {_fs.bucket_of(uri)} does not exist; create the bucket "
+                    "or point the warehouse or the table's sink path at an existing one"
+                )
             return
         probe = uri
         while not os.path.lexists(probe):

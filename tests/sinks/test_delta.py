@@ -655,3 +655,16 @@ def test_s3_kill_after_the_part_write_then_the_next_run(
     assert_same_rows(dt.to_pyarrow_table(), source)
     assert s3_unlisted(s3_env, case.uri) == []
     assert case.state()["unpublished"] == 0
+
+
+def test_s3_missing_bucket_is_refused_before_spark_in_one_line(s3_env: Any, tmp_path: Path) -> None:
+    spec = pipeline({"events": table_spec(tmp_path / "src")})
+    table = spec.tables[0]
+    sink = context(spec, table, table.connectors[0], "s3://no-such-bucket-h5/wh").sink()
+    from airflow_connectors.sinks.base import SinkUnwritable
+
+    with pytest.raises(SinkUnwritable) as e:
+        sink.prepare(1, "1-abc")
+    message = str(e.value)
+    assert "bucket no-such-bucket-h5 does not exist" in message and "\n" not in message
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] not in message
