@@ -5,6 +5,7 @@ bounded by the block plus the largest element, not by the object."""
 from __future__ import annotations
 
 import json
+import random
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -278,3 +279,39 @@ def test_engine_run_lands_array_objects(spark: Any, sqlite_url: str, tmp_path: P
     [dead] = read_table(wh, "p", "t__errors").to_pylist()
     assert (dead["record_number"], dead["raw_text"]) == (2, '{"id": "bad"}')
     assert dead["source_key"] == str(folder / "b.json")
+
+
+def _random_value(rng: random.Random, depth: int) -> Any:
+    kind = rng.randrange(7 if depth < 3 else 4)
+    if kind == 0:
+        return rng.randint(-(10**6), 10**6)
+    if kind == 1:
+        return rng.choice([True, False, None, 1.5])
+    if kind in (2, 3):
+        alphabet = ['"', "\\", "[", "]", "{", "}", ",", " ", "\n", "\t", "ü", "€", "a", "/", "\x01"]
+        return "".join(rng.choice(alphabet) for _ in range(rng.randrange(12)))
+    if kind == 4:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return {f"k{i}": _random_value(rng, depth + 1) for i in range(rng.randrange(4))}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_arrays_split_exactly_as_json_parses_them(seed: int) -> None:
+    """Random elements (strings full of quotes, backslashes, brackets, control and
+    multibyte characters; nested arrays and objects), dumped compact, indented or with
+    non-ASCII unescaped, at random chunk and block sizes: every record lands with the
+    name json.loads gives it."""
+    rng = random.Random(seed)
+    records = [
+        {"id": i, "name": json.dumps(_random_value(rng, 0)), "extra": _random_value(rng, 0)}
+        for i in range(300)
+    ]
+    indent = rng.choice([None, 1, 4])
+    data = json.dumps(records, indent=indent, ensure_ascii=rng.random() < 0.5).encode()
+    out = decode(
+        data, chunk=rng.choice([1, 7, 64, 4096]), block_bytes=rng.choice([5, 333, 1 << 20])
+    )
+    assert errors(out) == []
+    got = [(r["id"], r["name"]) for d in out for r in d.table.to_pylist()]
+    assert got == [(r["id"], r["name"]) for r in json.loads(data)]
+    assert out[-1].consumed == len(data)
