@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 
 #: Custom commit metadata key naming the batch a commit added: ``<app_id>#<batch_id>``.
 BATCH_KEY = "airflow_connectors.batch"
+#: How far before an attempt's oldest file its commit is searched for (clock skew).
+HISTORY_MARGIN_MS = 3_600_000
 #: Times publish re-reads the table after a conflicting concurrent commit.
 MAX_CONFLICTS = 20
 
@@ -352,9 +354,9 @@ class DeltaSink(Sink):
 
         for _ in range(MAX_CONFLICTS):
             dt = self._open(kind)
-            if dt is not None and self._recorded(dt, batch_id, attempt):
-                return
             parts = self._parts(kind, batch_id, attempt)
+            if dt is not None and self._recorded(dt, batch_id, attempt, parts):
+                return
             if not parts and (kind == "errors" or dt is not None):
                 return  # nothing to add; an empty batch still creates the rows table
             try:
@@ -383,14 +385,15 @@ class DeltaSink(Sink):
             f"concurrent commits to {self.location(kind)}; the next run retries it"
         )
 
-    def _recorded(self, dt: DeltaTable, batch_id: int, attempt: str) -> bool:
+    def _recorded(self, dt: DeltaTable, batch_id: int, attempt: str, parts: list[_Part]) -> bool:
         """Whether the table holds the committed attempt already. Below the connector's
         app transaction it cannot (the common case, decided without reading the log's
         files). At or past it the attempt is looked up: its files in the table, or a
         commit naming it (its files since compacted away). That covers a re-run after a
         crash, a later batch of the connector published first (``tasks_max`` > 1), and
         a state store started afresh whose batch ids an older life of the connector
-        already used."""
+        already used. Commits are searched back to an hour before the attempt's oldest
+        file was written (no commit of the attempt can be older)."""
         version = dt.transaction_version(self.app_id)
         if version is None or version < batch_id:
             return False
@@ -399,7 +402,15 @@ class DeltaSink(Sink):
         if any(str(p).startswith(prefix) for p in paths):
             return True
         mark = self._mark(batch_id, attempt)
-        return any(c.get(BATCH_KEY) == mark for c in dt.history())
+        since = min((p.mtime_ms for p in parts), default=0) - HISTORY_MARGIN_MS
+        limit = 64
+        while True:
+            commits = dt.history(limit)
+            if any(c.get(BATCH_KEY) == mark for c in commits):
+                return True
+            if len(commits) < limit or int(commits[-1].get("timestamp") or 0) < since:
+                return False
+            limit *= 4
 
     def _mark(self, batch_id: int, attempt: str) -> str:
         """What a batch's commits carry under :data:`BATCH_KEY`."""
