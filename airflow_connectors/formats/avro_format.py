@@ -212,10 +212,14 @@ class AvroFormat(Format):
                 return
             if header:
                 if head[0] != 0 or len(head) < 5:
+                    hint = (
+                        "the object is an Avro container file: remove format config schema"
+                        if head.startswith(MAGIC) and not done
+                        else "for records without it set format config skip_schema_id: true"
+                    )
                     raise AvroError(
                         f"record {done + 1} at byte {start + 1}: expected Confluent's header "
-                        "(magic byte 0 and a 4-byte schema id); for records without it set "
-                        "format config skip_schema_id: true"
+                        f"(magic byte 0 and a 4-byte schema id); {hint}"
                     )
             else:
                 source.buf[:0] = head

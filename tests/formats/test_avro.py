@@ -268,6 +268,8 @@ def test_schemaless_records_with_a_configured_schema() -> None:
     with pytest.raises(AvroError, match="skip_schema_id: true"):
         decode(bare, config=config)
     assert fmt(config).config.model_dump()["schema"] == json.dumps(schema)
+    with pytest.raises(AvroError, match="an Avro container file: remove format config schema"):
+        decode(container(schema, [{"id": 1}]), config=config)
 
 
 def test_a_bad_configured_schema_is_a_spec_error() -> None:
