@@ -689,3 +689,63 @@ def test_s3_input_as_a_spark_data_source(s3_server: S3Server, s3_bucket: str, sp
         reader = reader.option(name, str(value))
     df = reader.option("format", "json").option("format.update_format", "raw").load()
     assert sorted(r.id for r in df.collect()) == list(range(50))
+
+
+def test_cli_run_with_aws_conn_id_from_the_environment(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    """``airflow-connectors run`` as users run it: the connection comes from
+    ``AIRFLOW_CONN_<ID>`` (a URI here), in discovery and in the Spark workers."""
+    from test_cli import cli
+
+    for n in range(2):
+        put(s3_server, s3_bucket, f"cli/{n}.json", json_lines(range(n * 20, n * 20 + 20)))
+    spec = tmp_path / "s3.yaml"
+    spec.write_text(
+        json.dumps(
+            {
+                "pipeline": "s3cli",
+                "tables": {
+                    "orders": {
+                        "columns": COLUMNS,
+                        "connectors": [
+                            {
+                                "name": "landing",
+                                "transport": {
+                                    "name": "s3_input",
+                                    "config": {
+                                        "bucket_name": s3_bucket,
+                                        "prefix": "cli/",
+                                        "aws_conn_id": "landing_cli",
+                                    },
+                                },
+                                "format": JSON,
+                            }
+                        ],
+                    }
+                },
+            }
+        )
+    )
+    warehouse = tmp_path / "wh"
+    args = ["run", str(spec), "--warehouse", str(warehouse)]
+    args += ["--state-store-url", f"sqlite:///{tmp_path / 'state.db'}"]
+    missing = cli(*args, home=tmp_path / "home")
+    assert missing.returncode == 1
+    text = missing.stdout + missing.stderr
+    assert "s3cli.orders.landing" in text and "aws_conn_id 'landing_cli'" in text, text
+    assert "Traceback" not in text
+    uri = (
+        f"aws://{quote(ACCESS_KEY, safe='')}:{quote(SECRET_KEY, safe='')}@/?"
+        f"endpoint_url={quote(s3_server.endpoint_url, safe='')}&region_name={REGION}"
+    )
+    os.environ["AIRFLOW_CONN_LANDING_CLI"] = uri
+    try:
+        ok = cli(*args, home=tmp_path / "home")
+    finally:
+        os.environ.pop("AIRFLOW_CONN_LANDING_CLI", None)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert SECRET_KEY not in ok.stdout + ok.stderr
+    table = read_table(str(warehouse), "s3cli", "orders")
+    expected = pa.Table.from_pylist(rows(range(40)), schema=table.schema)
+    assert_same_records(table, expected, "id", "orders")
