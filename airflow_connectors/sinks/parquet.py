@@ -194,7 +194,8 @@ def _file_type() -> Any:
 class ParquetSink(Sink):
     """The default sink: Parquet files under ``<warehouse>/<pipeline>/<table>`` (or
     ``path``), dead letters in ``<path>__errors``. Parts are staged under
-    ``<warehouse>/<pipeline>/_staging`` and moved into the table on publish."""
+    ``<warehouse>/<pipeline>/_staging`` and moved into the table on publish: renamed in
+    a local folder, copied server-side (then the staging deleted) on ``s3://``."""
 
     name = "parquet"
     Config = ParquetSinkConfig
@@ -273,8 +274,9 @@ class ParquetSink(Sink):
         )
 
     def publish(self, batch_id: int, attempt: str) -> None:
-        """Moves the staged parts into the table folders (a rename each), then drops the
-        batch's staging; parts already moved by an earlier run are skipped."""
+        """Moves the staged parts into the table folders (a rename each; on an object
+        store a copy to the same name), then drops the batch's staging; parts already
+        moved by an earlier run are skipped (copied again on an object store)."""
         # Re-run after a crash between two parts (rolled forward), and possibly beside
         # another run publishing the same committed attempt (an Airflow retry beside a
         # zombie task): a part is done once it is in the table, whoever moved it.
@@ -328,7 +330,10 @@ class ParquetSink(Sink):
                 # deleted the staging; the part is published if it is in the table.
                 if fs.get_file_info(dest).type != _file_type():
                     raise SinkUnwritable(_fs.describe_error(dest_url, e)) from e
-        self.discard(batch_id)
+        try:
+            self.discard(batch_id)
+        except OSError as e:  # published; the next publish deletes the staging again
+            raise SinkUnwritable(_fs.describe_error(self._staging(batch_id), e)) from e
 
     def discard(self, batch_id: int, attempt: str | None = None) -> None:
         """Removes staging folders; never touches published parts."""
