@@ -41,6 +41,7 @@ from airflow_connectors.sinks._fs import aws_secret_values
 from airflow_connectors.spec.models import ConnectorSpec, TableSpec
 from airflow_connectors.spec.redact import secret_fields, secret_values
 from airflow_connectors.state.store import ConnectorRef, ConnectorStopped, StateStore
+from airflow_connectors.transports._s3 import ConnectionNotFound
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset, Context
@@ -242,6 +243,8 @@ class ConnectorDiscoverOperator(_ConnectorOperator):
                     ) from None
                 except ConnectorStopped as e:
                     raise AirflowSkipException(str(e)) from None
+                except ConnectionNotFound as e:  # a connection to create, not to retry
+                    raise AirflowFailException(f"connector {ctx.ref}: {e}") from None
         if found.batch_ids:
             self.log.info(
                 "connector %s: %d batch(es) to ingest: %s (%d new work item(s))",
