@@ -142,3 +142,39 @@ def test_dag_run_reads_the_bucket_with_an_airflow_connection(
     states = task_states(run)
     assert str(run.state) == "success", states
     assert table_ids(connectors_env, "s3conn", "orders") == list(range(30))
+
+
+def test_discover_task_fails_in_one_line_for_an_unknown_connection(
+    s3_bucket: str, connectors_env: dict[str, str]
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_connectors.airflow.operators.connector import ConnectorDiscoverOperator
+    from airflow_connectors.catalog import parse_pipeline
+
+    connector = {
+        "name": "landing",
+        "transport": {
+            "name": "s3_input",
+            "config": {"bucket_name": s3_bucket, "prefix": "", "aws_conn_id": "nobody_has_it"},
+        },
+        "format": {"name": "json", "config": {"update_format": "raw"}},
+    }
+    spec = parse_pipeline(
+        {
+            "pipeline": "s3missing",
+            "tables": {"orders": {"columns": {"id": "BIGINT NOT NULL"}, "connectors": [connector]}},
+        }
+    )
+    [table] = spec.tables
+    op = ConnectorDiscoverOperator(
+        task_id="discover",
+        pipeline="s3missing",
+        table=table.model_dump(mode="json", exclude={"connectors"}),
+        connector=table.connectors[0].model_dump(mode="json"),
+    )
+    with pytest.raises(AirflowFailException) as failed:
+        op.execute({"run_id": "manual__1"})  # type: ignore[arg-type]
+    message = str(failed.value)
+    assert message.startswith("connector s3missing.orders.landing: s3_input: aws_conn_id "), message
+    assert "AIRFLOW_CONN_NOBODY_HAS_IT" in message and "\n" not in message
