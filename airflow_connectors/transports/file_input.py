@@ -8,7 +8,6 @@ never ends the input.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import glob
 import os
@@ -128,19 +127,19 @@ class FileInputTransport(Transport):
         return not self.config.follow
 
     def _list_files(self) -> list[str]:
-        """Absolute paths of what ``path`` matches now, sorted; under a folder, names
-        starting with ``.`` or ``_`` (and their folders) are skipped. Nothing is stat-ed
-        here (a glob may match folders; ``discover`` skips what is not a file), so a
-        folder of many committed files costs a directory listing and a sort."""
+        """Absolute paths of what ``path`` matches now, sorted (see :meth:`_listed`)."""
+        return sorted(self._listed())
+
+    def _listed(self) -> list[str]:
+        """Absolute paths of what ``path`` matches now, in no order; under a folder,
+        names starting with ``.`` or ``_`` (and their folders) are skipped. Nothing is
+        stat-ed here (a glob may match folders; ``discover`` skips what is not a file),
+        so a folder of many committed files costs a directory listing."""
         path = self.config.path
         if glob.has_magic(path):
-            return sorted({os.path.abspath(f) for f in glob.glob(path, recursive=True)})
+            return list({os.path.abspath(f) for f in glob.glob(path, recursive=True)})
         if os.path.isdir(path):
-            found: list[str] = []
-            for root, dirs, files in os.walk(os.path.abspath(path)):
-                dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
-                found.extend(os.path.join(root, f) for f in files if not f.startswith((".", "_")))
-            return sorted(found)
+            return _walk(os.path.abspath(path))
         return [os.path.abspath(path)] if os.path.isfile(path) else []
 
     def discover(self, cursor: Cursor, limits: Limits) -> Iterator[WorkItem]:
@@ -156,7 +155,7 @@ class FileInputTransport(Transport):
         self.relisted_at = None
         started = time.time()
         follow = self.config.follow
-        files = self._list_files()
+        files = self._listed()
         if not files and not follow and not cursor.offsets and cursor.watermark is None:
             self.notices.append(
                 (
@@ -174,7 +173,7 @@ class FileInputTransport(Transport):
         relisted_at = started - self.config.relist_margin_s
         now = limits.now or time.time()
         emitted = 0
-        for path in files if full else _after_watermark(files, cursor):
+        for path in sorted(files) if full else _after_watermark(files, cursor):
             if emitted >= limits.max_items:
                 return  # cut: not a complete listing
             if path in cursor.in_flight:
@@ -353,18 +352,40 @@ class FileInputTransport(Transport):
         return f"file_input: {self.config.path}{' (follow)' if self.config.follow else ''}"
 
 
+def _walk(root: str) -> list[str]:
+    """Paths of the entries below the folder ``root`` that are not folders, skipping
+    names that start with ``.`` or ``_``; symbolic links to folders are not followed
+    (as ``os.walk``). One ``scandir`` per folder and no ``stat`` per file."""
+    found: list[str] = []
+    folders = [root]
+    while folders:
+        try:
+            entries = os.scandir(folders.pop())
+        except OSError:
+            continue  # removed or unreadable meanwhile, as os.walk skips it
+        with entries:
+            for entry in entries:
+                if entry.name.startswith((".", "_")):
+                    continue
+                try:
+                    folder = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                (folders if folder else found).append(entry.path)
+    return found
+
+
 def _after_watermark(files: list[str], cursor: Cursor) -> list[str]:
-    """What a discovery that is not a re-list looks at, in path order: the files after
-    the watermark, and those up to it that still have an offsets row (appends to them
-    are read, changes noticed, as before they collapse)."""
+    """What a discovery that is not a re-list looks at, in path order: of ``files`` (in
+    no order) those after the watermark, and those up to it that still have an offsets
+    row (appends to them are read, changes noticed, as before they collapse). Only
+    these are sorted: committed paths cost a string comparison each."""
     w = cursor.watermark or ""
-    first = bisect.bisect_right(files, w)
-    below = []
-    for key in sorted(k for k in cursor.offsets if k <= w):
-        i = bisect.bisect_left(files, key, 0, first)
-        if i < first and files[i] == key:
-            below.append(key)
-    return below + files[first:]
+    below = sorted(k for k in cursor.offsets if k <= w)
+    if below:
+        present = set(files)
+        below = [k for k in below if k in present]
+    return below + sorted(p for p in files if p > w)
 
 
 def _collapsed(path: str, changed: float, cursor: Cursor) -> bool:
