@@ -249,7 +249,15 @@ class IcebergSink(Sink):
 
     def _table(self, catalog: SqlCatalog, kind: Kind) -> Table:
         """The Iceberg table, created (with its namespace) on first use."""
+        from pyiceberg.exceptions import NoSuchTableError
+
         namespace, name = self.identifier(kind)
+        try:
+            # Loaded first: pyiceberg's create writes a metadata file before it finds the
+            # table exists, which would leave an orphan file per batch.
+            return catalog.load_table((namespace, name))
+        except NoSuchTableError:
+            pass
         catalog.create_namespace_if_not_exists(namespace)
         return catalog.create_table_if_not_exists(
             (namespace, name),

@@ -152,6 +152,8 @@ def test_engine_run_lands_batches_as_marked_snapshots(
     marks = batch_marks(table)
     assert len(marks) == 2 and [m[0] for m in marks] == ["files:1", "files:2"]
     assert table.location() == f"{wh}/p/events"
+    # One metadata file for the creation and one per batch: no orphans.
+    assert len(list(Path(wh, "p", "events", "metadata").glob("*.metadata.json"))) == 3
     # DuckDB reads the table's current data files.
     files = data_files(table)
     assert all(f.startswith(f"{wh}/p/events/data/batch-") for f in files)
