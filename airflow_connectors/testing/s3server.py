@@ -14,6 +14,7 @@ use so that secrets masking can be checked against known values.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -101,10 +102,8 @@ class S3Server:
     def create_bucket(self, name: str) -> str:
         """Create bucket ``name`` (no error when it exists); returns its name."""
         c = self.client()
-        try:
+        with contextlib.suppress(c.exceptions.BucketAlreadyOwnedByYou):
             c.create_bucket(Bucket=name)
-        except c.exceptions.BucketAlreadyOwnedByYou:
-            pass
         return name
 
     def env(self) -> dict[str, str]:
