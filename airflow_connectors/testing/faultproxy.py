@@ -16,7 +16,8 @@ are injected by a schedule set from tests:
 
 A rule applies to the next requests it matches (method, a substring of the path, and an
 optional predicate), ``times`` times; rules are tried in the order they were added.
-:attr:`FaultProxy.injected` counts the faults injected by kind and
+:attr:`FaultProxy.injected` counts the faults injected by kind (a reset only once it
+cut a body short; one whose body ended first counts as ``reset after the body``) and
 :attr:`FaultProxy.served` the requests answered without a fault.
 """
 
@@ -187,9 +188,14 @@ class FaultProxy:
                 if rule.matches(method, path, headers):
                     if rule.times is not None:
                         rule.times -= 1
-                    self.injected[rule.fault.label] += 1
+                    if rule.fault.kind != "reset":  # counted once it cut a body
+                        self.injected[rule.fault.label] += 1
                     return rule.fault
         return None
+
+    def _count(self, label: str) -> None:
+        with self._lock:
+            self.injected[label] += 1
 
     def _served(self) -> None:
         with self._lock:
@@ -317,13 +323,15 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             data = b"" if data is not None else None
             if not chunk:
                 break
-            if limit is not None and sent + len(chunk) >= limit:
+            if limit is not None and sent + len(chunk) > limit:
                 self.wfile.write(chunk[: limit - sent])
+                self.owner._count(fault.label if fault is not None else "reset")
                 self._reset(graceful=False)
                 return
             self.wfile.write(chunk)
             sent += len(chunk)
-        if limit is not None:  # the body was shorter than the reset point
+        if limit is not None:  # the body ended before the reset point: sent whole
+            self.owner._count("reset after the body")
             self._reset(graceful=False)
             return
         self.owner._served()

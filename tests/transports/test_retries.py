@@ -538,7 +538,7 @@ def test_s3_input_through_faults_ingests_exactly_the_source_rows(
     proxy.add(Fault.slow_down(), path="/in/1.json", method="GET")
     proxy.add(Fault.drop(), path="/in/3.json", method="GET")
     proxy.add(Fault.reset_after(3000), path="/in/4.json", method="GET")
-    proxy.add(Fault.reset_after(7000), path="/in/2.json.gz", method="GET")  # compressed
+    proxy.add(Fault.reset_after(500), path="/in/2.json.gz", method="GET")  # compressed
     proxy.add(Fault.error(500, "InternalError"), **object_get, times=2)
     # The listing is retried too (on the driver; logged, not counted in the stats).
     proxy.add(Fault.slow_down(), when=lambda m, p, h: "list-type=2" in p)
@@ -549,6 +549,7 @@ def test_s3_input_through_faults_ingests_exactly_the_source_rows(
     assert proxy.pending() == 0  # every fault was injected
     st = status(sqlite_url, "p", "t", "s3")
     assert st.total_records == 2400 and st.end_of_input
+    assert proxy.injected == {"slow_down": 2, "drop": 1, "reset": 2, "500 InternalError": 2}
     object_faults = sum(proxy.injected.values()) - 1  # all but the listing's 503
     assert st.num_transport_errors == object_faults == 6
     assert st.fatal_error is None
