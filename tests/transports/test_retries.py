@@ -574,3 +574,48 @@ def test_s3_input_permanent_403_fails_the_batch_naming_the_object(
     assert SECRET_KEY not in message
     assert proxy.injected["403 AccessDenied"] == 1  # refused once: never retried
     assert read_table(wh, "p", "t").num_rows == 0  # the batch did not land
+
+
+def test_retry_settings_validate_with_kafka_connect_names_and_paths() -> None:
+    from airflow_connectors.catalog import parse_pipeline, validate_pipeline
+
+    def doc(errors: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "pipeline": "p",
+            "tables": {
+                "t": {
+                    "columns": {"id": "BIGINT"},
+                    "connectors": [
+                        {
+                            "name": "c",
+                            "transport": {"name": "file_input", "config": {"path": "/x"}},
+                            "format": {"name": "json"},
+                            "errors": errors,
+                        }
+                    ],
+                }
+            },
+        }
+
+    def problems(errors: dict[str, Any]) -> list[tuple[str, str]]:
+        return [(e.path, e.message) for e in validate_pipeline(doc(errors))]
+
+    at = "tables.t.connectors[0].errors"
+    ok = {"tolerance": "all", "retry.timeout": 60000, "retry.delay.max.ms": 5000}
+    assert problems(ok) == []
+    assert problems({"retry_timeout": -1, "retry_delay_max_ms": 0}) == []
+    spec = parse_pipeline(doc(ok))
+    errors = spec.tables[0].connectors[0].errors
+    assert (errors.retry_timeout, errors.retry_delay_max_ms) == (60000, 5000)
+    assert problems({"retry.timout": 5}) == [
+        (
+            f"{at}.retry.timout",
+            "unknown field 'retry.timout' (did you mean 'retry.timeout'?); allowed fields: "
+            "tolerance, retry.timeout, retry.delay.max.ms",
+        )
+    ]
+    assert problems({"retry.timeout": -2}) == [
+        (f"{at}.retry.timeout", "input should be greater than or equal to -1 (got -2)")
+    ]
+    [(path, message)] = problems({"retry.delay.max.ms": "soon"})
+    assert path == f"{at}.retry.delay.max.ms" and "valid integer" in message
