@@ -166,7 +166,8 @@ def _count(stats: RetryStats | None) -> None:
 
 class TransientError(Exception):
     """Raised by a transport for a failure worth retrying that no library error says is
-    transient (for instance a truncated body it noticed itself)."""
+    transient (for instance a truncated body it noticed itself). An exception of any
+    class with a boolean ``transient`` attribute (or property) decides for itself."""
 
 
 #: S3 (and other AWS) error codes worth retrying.
@@ -288,6 +289,9 @@ def is_transient(exc: BaseException) -> bool:
     else."""
     if isinstance(exc, TransientError):
         return True
+    marked = getattr(exc, "transient", None)
+    if isinstance(marked, bool):
+        return marked  # the exception says (a transport's own error types)
     code = error_code(exc)
     if code is not None:
         if code in TRANSIENT_CODES:

@@ -619,3 +619,16 @@ def test_retry_settings_validate_with_kafka_connect_names_and_paths() -> None:
     ]
     [(path, message)] = problems({"retry.delay.max.ms": "soon"})
     assert path == f"{at}.retry.delay.max.ms" and "valid integer" in message
+
+
+def test_an_error_with_a_transient_attribute_decides_for_itself() -> None:
+    class Busy(OSError):
+        transient = True
+
+    class Gone(ConnectionResetError):  # a reset, but its transport knows better
+        transient = False
+
+    assert is_transient(Busy("server busy"))
+    assert not is_transient(Gone("replaced since planned"))
+    fn = Flaky(Busy("busy"), Busy("busy"))
+    assert retrying(FAST, "k", fn) == "ok" and fn.calls == 3
