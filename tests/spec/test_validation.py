@@ -101,7 +101,7 @@ def test_feldera_price_example_reports_only_kafka_missing() -> None:
     path, message = one_error({"pipeline": "tutorial", "sql": PRICE_SQL})
     assert path == "tables.price.connectors[1].transport.name"
     assert message == (
-        "transport 'kafka_input' is not available yet; available transports: datagen, file_input, url_input"
+        "transport 'kafka_input' is not available yet; available transports: datagen, file_input, s3_input, url_input"
     )
 
 
@@ -285,12 +285,12 @@ def test_start_after_self_loop_and_cross_table_cycle() -> None:
 
 def test_unknown_transport_lists_available() -> None:
     path, message = one_error(
-        table({"name": "k", "transport": {"name": "s3_input"}, "format": {"name": "json"}})
+        table({"name": "k", "transport": {"name": "nats_input"}, "format": {"name": "json"}})
     )
     assert path == "tables.t.connectors[0].transport.name"
     assert (
         message
-        == "transport 's3_input' is not available yet; available transports: datagen, file_input, url_input"
+        == "transport 'nats_input' is not available yet; available transports: datagen, file_input, s3_input, url_input"
     )
 
 
