@@ -285,12 +285,12 @@ def test_start_after_self_loop_and_cross_table_cycle() -> None:
 
 def test_unknown_transport_lists_available() -> None:
     path, message = one_error(
-        table({"name": "k", "transport": {"name": "nats_input"}, "format": {"name": "json"}})
+        table({"name": "k", "transport": {"name": "pubsub_input"}, "format": {"name": "json"}})
     )
     assert path == "tables.t.connectors[0].transport.name"
     assert (
         message
-        == "transport 'nats_input' is not available yet; available transports: datagen, file_input, s3_input, url_input"
+        == "transport 'pubsub_input' is not available yet; available transports: datagen, file_input, s3_input, url_input"
     )
 
 
