@@ -127,6 +127,13 @@ class Offsets(BaseModel):
     offsets: list[dict[str, Any]] = Field(
         description="Per source key: key (secrets masked), offset, records, completed, meta"
     )
+    watermark: dict[str, Any] | None = Field(
+        default=None,
+        description="Absent until set: key (every key up to it is committed; committed "
+        "keys below it that are older than late_after have no entry in offsets), "
+        "late_after (epoch seconds) and since_relist (discoveries since the last full "
+        "listing)",
+    )
 
 
 class Message(BaseModel):
@@ -357,13 +364,24 @@ def stop(name: str) -> Response:
     return Response(status_code=204)
 
 
-@router.get("/connectors/{name}/offsets", response_model=Offsets, responses=_CONNECTOR_ERRORS)
+@router.get(
+    "/connectors/{name}/offsets",
+    response_model=Offsets,
+    response_model_exclude_none=True,
+    responses=_CONNECTOR_ERRORS,
+)
 def get_offsets(name: str) -> dict[str, Any]:
-    """The connector's committed offsets; keys with secrets are shown masked."""
+    """The connector's committed offsets, and its watermark once it has one; keys with
+    secrets are shown masked."""
     ref = catalog.ref_by_name(name)
     # Keys are shown masked (a URL's password); PATCH accepts them as shown.
-    offsets = catalog.state_store().offsets(ref)
-    return {"offsets": [{**o, "key": mask_url(o["key"])} for o in offsets]}
+    store = catalog.state_store()
+    offsets = store.offsets(ref)
+    answer: dict[str, Any] = {"offsets": [{**o, "key": mask_url(o["key"])} for o in offsets]}
+    watermark = store.watermark(ref)
+    if watermark is not None:
+        answer["watermark"] = {**watermark, "key": mask_url(watermark["key"])}
+    return answer
 
 
 @router.patch(
