@@ -42,6 +42,8 @@ from airflow_connectors.formats.base import RecordError, conform
 from airflow_connectors.sinks.base import Kind, PartWriter, SinkConfig, SinkUnwritable
 from airflow_connectors.state.store import BatchPlan, ErrorRecord, ItemReceipt
 from airflow_connectors.transports import WorkItem
+from airflow_connectors.transports.compression import CompressionError
+from airflow_connectors.transports.retry import RetryStats, counting
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -101,16 +103,25 @@ class ItemOutcome:
 
 class _Counter:
     """The transport's chunks, counted; remembers an error the transport raised, so a
-    failure surfacing through the format is still told apart from a decoding error."""
+    failure surfacing through the format is still told apart from a decoding error.
+    ``retried`` counts the transient errors the transport retried while reading."""
 
     def __init__(self, read: Callable[[], Iterable[Any]]) -> None:
         self.read = read
         self.bytes = 0
         self.error: BaseException | None = None
+        self.retried = RetryStats()
 
     def __iter__(self) -> Iterator[Any]:
         try:
-            for chunk in self.read():
+            with counting(self.retried):
+                chunks = iter(self.read())
+            while True:
+                # Only the transport's own steps count as this item's retries.
+                with counting(self.retried):
+                    chunk = next(chunks, None)
+                if chunk is None:
+                    return
                 if isinstance(chunk, bytes | bytearray | memoryview):
                     self.bytes += len(chunk)
                 yield chunk
@@ -430,7 +441,10 @@ def _ingest_item(task: _Task, item: WorkItem, out: _ItemParts) -> ItemOutcome:
         out.commit()
     except Exception as e:
         raise ingest.sink_failed(e) from e
-    return ItemOutcome(_receipt(item, offset, ingest.good, ingest.bad, nbytes), ingest.reported)
+    return ItemOutcome(
+        _receipt(item, offset, ingest.good, ingest.bad, nbytes, ingest.counted.retried.count),
+        ingest.reported,
+    )
 
 
 class _ItemIngest:
@@ -557,15 +571,16 @@ class _ItemIngest:
                 if _names(cause(err), item.key)
                 else f"cannot read {item.key}: {cause(err)}"
             )
-            # A vanished object is unreadable (skippable); anything else is a source
-            # that cannot be reached now, retried by the next run.
-            return _failure(
-                ctx, item, "object" if isinstance(err, FileNotFoundError) else "source", err, text
-            )
+            # A vanished or corrupt (compressed) object is unreadable (skippable);
+            # anything else is a source that cannot be reached now, retried by the next run.
+            unreadable = isinstance(err, FileNotFoundError | CompressionError)
+            return _failure(ctx, item, "object" if unreadable else "source", err, text)
         return _failure(ctx, item, "object", e, f"{what}: {cause(e)}")
 
 
-def _receipt(item: WorkItem, offset: int, good: int, bad: int, nbytes: int) -> ItemReceipt:
+def _receipt(
+    item: WorkItem, offset: int, good: int, bad: int, nbytes: int, retries: int = 0
+) -> ItemReceipt:
     return ItemReceipt(
         key=item.key,
         offset=offset,
@@ -574,6 +589,7 @@ def _receipt(item: WorkItem, offset: int, good: int, bad: int, nbytes: int) -> I
         bytes=nbytes,
         completed=item.final,
         records_done=item.records_done,
+        retries=retries,
         # What the item was planned with (e.g. an HTTP body's ETag and length) stays with
         # the offset, so the next discovery can tell a changed source from more of it.
         meta={
