@@ -317,6 +317,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.owner._served()
             return
         limit = fault.after_bytes if fault is not None and fault.kind == "reset" else None
+        if limit is None:
+            # Counted before the body goes out: a client that has read the whole answer
+            # must find it counted (counting after the last write raced with it).
+            self.owner._served()
         sent = 0
         while True:
             chunk = data if data is not None else resp.read(_COPY_CHUNK)
@@ -334,7 +338,6 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.owner._count("reset after the body")
             self._reset(graceful=False)
             return
-        self.owner._served()
 
     def _reset(self, *, graceful: bool) -> None:
         """Close the client's connection: with FIN (``graceful``) or RST."""
