@@ -86,9 +86,9 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
         return _fail(store, ctx, sink, f"connector {ctx.ref}: {exc}", "transport", exc)
     failpoints.reach("before_sink_write")
     session = spark()
-    share_aws_environment(session)  # a warehouse on s3:// is written by the workers
     failpoints.reach("sink_write_started")
     try:
+        share_aws_environment(session)  # a warehouse on s3:// is written by the workers
         # Work items packed into Spark tasks by size (as Spark's file sources pack
         # files); each task writes its items' rows into its own rolling parts and
         # returns one receipt per item (or the item's failure: bad input never raises
