@@ -229,29 +229,7 @@ class Batches(Connectors):
             ).rowcount
             if updated != 1:
                 return False
-            for r in receipts:
-                values = {
-                    "offset": r.offset,
-                    "records": r.records_done + r.records + r.bad,
-                    "completed": r.completed,
-                    "meta": r.meta,
-                    "batch_id": batch_id,
-                }
-                n = conn.execute(
-                    sa.update(s.offsets)
-                    .where(ref.where(s.offsets), s.offsets.c.key == r.key)
-                    .values(**values)
-                ).rowcount
-                if not n:
-                    conn.execute(
-                        sa.insert(s.offsets).values(
-                            pipeline=ref.pipeline,
-                            table_name=ref.table,
-                            connector=ref.connector,
-                            key=r.key,
-                            **values,
-                        )
-                    )
+            _write_offsets(conn, ref, receipts, batch_id)
             watermark.advance(conn, ref)
             c = s.connectors.c
             conn.execute(
@@ -356,6 +334,63 @@ class Batches(Connectors):
                 plan = BatchPlan.from_json(row.plan, batch_id=batch_id, attempt="")
                 watermark.release(conn, plan.ref, plan.items)
         return n == 1
+
+
+#: Keys per ``IN (...)`` list when looking up which offsets rows exist.
+_KEYS_PER_QUERY = 500
+#: The offsets columns a commit writes for each key.
+_OFFSET_FIELDS = ("offset", "records", "completed", "meta", "batch_id")
+
+
+def _write_offsets(
+    conn: sa.Connection, ref: ConnectorRef, receipts: Sequence[ItemReceipt], batch_id: int
+) -> None:
+    """Upsert one offsets row per receipt: one lookup of the existing keys per 500, then
+    one executemany UPDATE and one INSERT (a batch of 5,000 small files took tens of
+    seconds as two statements per receipt)."""
+    rows = {
+        r.key: {
+            "k": r.key,
+            "offset": r.offset,
+            "records": r.records_done + r.records + r.bad,
+            "completed": r.completed,
+            "meta": r.meta,
+            "batch_id": batch_id,
+        }
+        for r in receipts
+    }
+    keys = list(rows)
+    existing: set[str] = set()
+    for i in range(0, len(keys), _KEYS_PER_QUERY):
+        chunk = keys[i : i + _KEYS_PER_QUERY]
+        existing.update(
+            conn.execute(
+                sa.select(s.offsets.c.key).where(ref.where(s.offsets), s.offsets.c.key.in_(chunk))
+            ).scalars()
+        )
+    updates = [rows[k] for k in keys if k in existing]
+    inserts = [rows[k] for k in keys if k not in existing]
+    if updates:
+        conn.execute(
+            sa.update(s.offsets)
+            .where(ref.where(s.offsets), s.offsets.c.key == sa.bindparam("k"))
+            .values({f: sa.bindparam(f"v_{f}") for f in _OFFSET_FIELDS}),
+            [{"k": v["k"], **{f"v_{f}": v[f] for f in _OFFSET_FIELDS}} for v in updates],
+        )
+    if inserts:
+        conn.execute(
+            sa.insert(s.offsets),
+            [
+                {
+                    "pipeline": ref.pipeline,
+                    "table_name": ref.table,
+                    "connector": ref.connector,
+                    "key": v["k"],
+                    **{f: v[f] for f in _OFFSET_FIELDS},
+                }
+                for v in inserts
+            ],
+        )
 
 
 def _batch(r: Any) -> Batch:
