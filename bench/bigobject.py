@@ -68,13 +68,31 @@ def gzipped(src: Path) -> Path:
 
 
 class WorkerRss:
-    """Samples the peak RSS (``VmHWM``) of Spark's Python worker processes."""
+    """Samples the peak RSS (``VmHWM``) of this benchmark's Spark Python worker
+    processes (descendants of this process)."""
 
     def __init__(self, interval: float = 0.2) -> None:
         self.interval = interval
         self.peak: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _ours(pid: str) -> bool:
+        """Whether ``pid`` descends from this process (our Spark's JVM starts the
+        workers; other Spark applications on the machine do not count)."""
+        me = os.getpid()
+        for _ in range(8):
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                return False
+            pid = stat.rsplit(")", 1)[1].split()[1]  # the parent's pid
+            if int(pid) == me:
+                return True
+            if int(pid) <= 1:
+                return False
+        return False
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -84,6 +102,8 @@ class WorkerRss:
                 try:
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
                     if b"pyspark" not in cmd or (b"daemon" not in cmd and b"worker" not in cmd):
+                        continue
+                    if not self._ours(pid):
                         continue
                     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                         if line.startswith("VmHWM:"):
