@@ -164,7 +164,13 @@ def test_relist_finds_late_keys_below_the_watermark_and_skips_collapsed_ones(
     items = listed(t, Cursor(**due, late_after=mtime_s + 10))
     assert [i.key for i in items] == ten_keys[7:]
 
-    # A key written after late_after below the watermark is late work.
+    # A key written after late_after below the watermark is late work. LastModified
+    # has whole seconds: write it in a later second than the ten keys.
+    newest = max(
+        o["LastModified"].timestamp()
+        for o in s3_server.client().list_objects_v2(Bucket=s3_bucket)["Contents"]
+    )
+    time.sleep(max(0.0, newest + 1.05 - time.time()))
     put(s3_server, s3_bucket, "p/k02b.json", json_lines(range(1000, 1005)))
     new_mtime = s3_server.client().head_object(Bucket=s3_bucket, Key="p/k02b.json")["LastModified"]
     items = listed(t, Cursor(**due, late_after=new_mtime.timestamp()))
