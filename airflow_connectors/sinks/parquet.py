@@ -99,58 +99,27 @@ def unwritable(path: str, cause: OSError | None = None) -> SinkUnwritable:
 
 
 class _ParquetPart(PartWriter):
-    def __init__(self, final_path: str, compression: str) -> None:
-        self.final_path = final_path
-        self.tmp_path = f"{final_path}.{uuid.uuid4().hex}.tmp"
-        self.compression = compression
-        self._writer: Any = None
-        self.rows = 0
-
-    def write(self, table: pa.Table) -> None:
-        import pyarrow.parquet as pq
-
-        if table.num_rows == 0:
-            return
-        try:
-            if self._writer is None:
-                os.makedirs(os.path.dirname(self.final_path), exist_ok=True)
-                self._writer = pq.ParquetWriter(
-                    self.tmp_path, table.schema, compression=self.compression
-                )
-            self._writer.write_table(table, row_group_size=1 << 20)
-        except OSError as e:
-            raise unwritable(os.path.dirname(self.final_path), e) from e
-        self.rows += table.num_rows
-
-    def close(self) -> int:
-        if self._writer is not None:
-            try:
-                self._writer.close()
-                os.replace(self.tmp_path, self.final_path)
-            except OSError as e:
-                raise unwritable(os.path.dirname(self.final_path), e) from e
-        return self.rows
-
-    def abort(self) -> None:
-        if self._writer is not None:
-            with contextlib.suppress(OSError):
-                self._writer.close()
-            self._writer = None
-        with contextlib.suppress(OSError):
-            os.remove(self.tmp_path)
-        self.rows = 0
-
-
-class _ObjectPart(PartWriter):
-    """A part on an object store, uploaded straight to its staged name: an S3 object
-    appears whole when its upload completes, so no temporary name is needed."""
+    """A Parquet part written straight to ``url`` on its filesystem: on an object store
+    an S3 object appears whole when its upload completes, so no temporary name is
+    needed. :class:`_LocalPart` writes a temporary file and renames it instead."""
 
     def __init__(self, url: str, compression: str) -> None:
         self.url = url
         self.fs, self.path = _fs.filesystem(url)
+        #: Where the writer writes (a temporary name for local parts).
+        self.target = self.path
         self.compression = compression
         self._writer: Any = None
         self.rows = 0
+
+    def _failed(self, e: OSError) -> SinkUnwritable:
+        return SinkUnwritable(_fs.describe_error(self.url, e))
+
+    def _opening(self) -> None:
+        """Before the first write (local parts create their folder)."""
+
+    def _closed(self) -> None:
+        """After the writer closed (local parts rename the temporary file)."""
 
     def write(self, table: pa.Table) -> None:
         import pyarrow.parquet as pq
@@ -159,20 +128,22 @@ class _ObjectPart(PartWriter):
             return
         try:
             if self._writer is None:
+                self._opening()
                 self._writer = pq.ParquetWriter(
-                    self.path, table.schema, compression=self.compression, filesystem=self.fs
+                    self.target, table.schema, compression=self.compression, filesystem=self.fs
                 )
             self._writer.write_table(table, row_group_size=1 << 20)
         except OSError as e:
-            raise SinkUnwritable(_fs.describe_error(self.url, e)) from e
+            raise self._failed(e) from e
         self.rows += table.num_rows
 
     def close(self) -> int:
         if self._writer is not None:
             try:
                 self._writer.close()
+                self._closed()
             except OSError as e:
-                raise SinkUnwritable(_fs.describe_error(self.url, e)) from e
+                raise self._failed(e) from e
         return self.rows
 
     def abort(self) -> None:
@@ -181,8 +152,26 @@ class _ObjectPart(PartWriter):
                 self._writer.close()
             self._writer = None
             with contextlib.suppress(OSError):
-                self.fs.delete_file(self.path)
+                self.fs.delete_file(self.target)
         self.rows = 0
+
+
+class _LocalPart(_ParquetPart):
+    """A part in a local folder: written under a temporary name, renamed on close, so a
+    crashed writer never leaves a half-written ``.parquet`` file."""
+
+    def __init__(self, path: str, compression: str) -> None:
+        super().__init__(path, compression)
+        self.target = f"{self.path}.{uuid.uuid4().hex}.tmp"
+
+    def _failed(self, e: OSError) -> SinkUnwritable:
+        return unwritable(os.path.dirname(self.path), e)
+
+    def _opening(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+
+    def _closed(self) -> None:
+        os.replace(self.target, self.path)
 
 
 def _file_type() -> Any:
@@ -266,10 +255,10 @@ class ParquetSink(Sink):
         """A Parquet file ``part-<batch>-<part>.parquet`` in the attempt's staging folder."""
         name = f"part-{batch_id:010d}-{part:05d}.parquet"
         if self.on_object_store:
-            return _ObjectPart(
+            return _ParquetPart(
                 _fs.join(self._staging(batch_id, attempt), kind, name), self.config.compression
             )
-        return _ParquetPart(
+        return _LocalPart(
             os.path.join(self._staging(batch_id, attempt), kind, name), self.config.compression
         )
 
