@@ -19,6 +19,20 @@ if ! command -v uv >/dev/null 2>&1 || [ "$(uv --version | cut -d' ' -f2)" != "$U
     "$PYTHON" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
 fi
 UV="$PYTHON -m uv"
+
+# Up to date already (same lock, pyproject and repository path, and the package imports
+# from this checkout): change nothing. A sync removes the editable install for a moment
+# before putting it back, and Airflow or Spark processes started from this .venv in that
+# moment (a test suite, a running deployment) could not import airflow_connectors.
+STAMP=.venv/.bootstrap-stamp
+repo=$(pwd)
+want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1) $repo"
+if [ -x .venv/bin/python ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ] \
+    && (cd / && "$repo/.venv/bin/python" -c 'import sys, airflow_connectors as a; sys.exit(0 if a.__file__.startswith(sys.argv[1]) else 1)' "$repo/") 2>/dev/null; then
+    echo "bootstrap: .venv up to date"
+    exit 0
+fi
+
 [ -d .venv ] || $UV venv --quiet --python "$PYTHON" .venv
 # sync = install exactly the lock file's packages, removing anything else.
 # Byte-compile at install: environments that set PYTHONDONTWRITEBYTECODE (CI images
@@ -26,4 +40,5 @@ UV="$PYTHON -m uv"
 # Spark worker and DAG parse.
 $UV pip sync --quiet --compile-bytecode --python .venv/bin/python requirements.lock
 $UV pip install --quiet --python .venv/bin/python --no-deps -e .
+echo "$want" > "$STAMP"
 echo "bootstrap: .venv ready ($(.venv/bin/python -c 'import pyspark, airflow; print("pyspark", pyspark.__version__, "airflow", airflow.__version__)'))"
