@@ -1,6 +1,8 @@
-# One image for every service of docker-compose.yaml: Airflow's components run the
-# connector DAGs, Spark's master and workers run the batches (their Python workers
-# import airflow_connectors, so it is installed here too). Versions come from the lock.
+# One image for every service of docker-compose.yaml: Airflow's components (the Celery
+# workers among them, which are the Spark drivers of the ingest tasks) run the connector
+# DAGs; Spark's master and workers run the batches. The executors get airflow_connectors
+# with each job (--py-files) and need only its dependencies, which this image's Python
+# ([connectors] executor_python) has. Versions come from the lock.
 FROM python:3.11-slim-bookworm
 
 RUN apt-get update \

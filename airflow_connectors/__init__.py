@@ -66,6 +66,24 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "local[*]",
                         "default": "local[*]",
                     },
+                    "executor_python": {
+                        "description": "The Python Spark's executors run "
+                        "(spark.pyspark.python), a path on the worker machines. Default: "
+                        "the Python of the ingest task.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "/opt/venv/bin/python",
+                        "default": None,
+                    },
+                    "ship_package": {
+                        "description": "Whether ingest jobs send airflow-connectors to the "
+                        "executors (a zip on --py-files): auto (on every master but local), "
+                        "always, or never (the workers' Python has it installed).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "never",
+                        "default": "auto",
+                    },
                 },
             }
         },

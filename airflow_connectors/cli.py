@@ -117,9 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler(args)
     except RuntimeError as e:
+        from airflow_connectors.settings import SettingsError
         from airflow_connectors.state.store import StateStoreUnavailable
 
-        if not isinstance(e, StateStoreUnavailable):
+        if not isinstance(e, StateStoreUnavailable | SettingsError):
             raise
         print(e, file=sys.stderr)  # one line: the URL (password masked), why, what to do
         return 1

@@ -16,6 +16,18 @@ from pathlib import Path
 
 SECTION = "connectors"
 
+#: ``[connectors] ship_package``: whether ingest jobs send this package to Spark's
+#: executors with the job (``--py-files`` of a zip of it). ``auto`` ships it on every
+#: master except ``local...`` (whose executors run in the driver's machine and
+#: interpreter); ``always`` on every master; ``never`` when the workers' Python has
+#: airflow-connectors installed.
+SHIP_PACKAGE = ("auto", "always", "never")
+
+
+class SettingsError(RuntimeError):
+    """A ``[connectors]`` option has a value this version does not accept; the message is
+    one line naming the option, the value and the accepted ones."""
+
 
 def airflow_home() -> Path:
     """``$AIRFLOW_HOME``, else ``~/airflow``: where ``airflow.cfg`` and the default state
@@ -45,6 +57,19 @@ class Settings:
     warehouse: str
     spark_master: str = "local[*]"
     spark_driver_memory: str = "2g"
+    #: The Python Spark's executors run (``spark.pyspark.python``), a path on the worker
+    #: machines; None: this interpreter (``PYSPARK_PYTHON``), as on ``local[*]``.
+    executor_python: str | None = None
+    #: ``auto`` | ``always`` | ``never``: see :data:`SHIP_PACKAGE`.
+    ship_package: str = "auto"
+
+    def ships_package(self, master: str | None = None) -> bool:
+        """Whether a job on ``master`` (default: :attr:`spark_master`) sends this package
+        to its executors: ``always``; ``auto`` on every master but ``local...``."""
+        master = master or self.spark_master
+        if self.ship_package == "auto":
+            return not master.startswith("local")
+        return self.ship_package == "always"
 
     @classmethod
     def load(
@@ -62,7 +87,14 @@ class Settings:
             warehouse=_option("warehouse") or str(base / "warehouse"),
             spark_master=_option("spark_master") or "local[*]",
             spark_driver_memory=_option("spark_driver_memory") or "2g",
+            executor_python=_option("executor_python"),
+            ship_package=(_option("ship_package") or "auto").strip().lower(),
         )
+        if s.ship_package not in SHIP_PACKAGE:
+            raise SettingsError(
+                f"[connectors] ship_package (AIRFLOW__CONNECTORS__SHIP_PACKAGE) is "
+                f"{s.ship_package!r}; expected one of {', '.join(SHIP_PACKAGE)}"
+            )
         s = replace(
             s,
             # An empty URL given on purpose is an error the state store reports, not a

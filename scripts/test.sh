@@ -32,8 +32,51 @@ fi
 unset AIRFLOW__CONNECTORS__STATE_STORE_URL AIRFLOW__CONNECTORS__WAREHOUSE
 export SPARK_LOCAL_IP=127.0.0.1
 status=0
-.venv/bin/python -m pytest "$@" || status=$?
-if [ "$status" -eq 5 ]; then
-    echo "test: pytest collected no tests; that is a failure" >&2
+if [ "$#" -gt 0 ]; then
+    .venv/bin/python -m pytest "$@" || status=$?
+    if [ "$status" -eq 5 ]; then
+        echo "test: pytest collected no tests; that is a failure" >&2
+    fi
+    exit "$status"
 fi
-exit "$status"
+# The whole suite in two lanes, so its wall time is the longer lane's, not the sum:
+# - beside: the cluster tests (marked `cluster`: a Spark standalone cluster and Airflow
+#   with Celery workers, mostly waiting on heartbeats, schedulers and polls), then the
+#   database, stream and table-format sources and the postgres sink (marked `sources`),
+#   each its own pytest; their output goes to test-artifacts/ and follows the rest's;
+# - the rest (neither marker) in this shell.
+mkdir -p test-artifacts
+cluster_log=test-artifacts/cluster-tests.log
+sources_log=test-artifacts/sources-tests.log
+rm -f test-artifacts/cluster-tests.status test-artifacts/sources-tests.status
+(
+    code=0
+    .venv/bin/python -m pytest -m cluster -p no:cacheprovider >"$cluster_log" 2>&1 || code=$?
+    echo "$code" >test-artifacts/cluster-tests.status
+    code=0
+    .venv/bin/python -m pytest -m "sources and not cluster" -p no:cacheprovider \
+        >"$sources_log" 2>&1 || code=$?
+    echo "$code" >test-artifacts/sources-tests.status
+) &
+beside_pid=$!
+trap 'kill "$beside_pid" 2>/dev/null || true' EXIT
+.venv/bin/python -m pytest -m "not cluster and not sources" || status=$?
+wait "$beside_pid" || true
+trap - EXIT
+echo "=================== the cluster tests (pytest -m cluster) ==================="
+cat "$cluster_log"
+echo "=================== the sources tests (pytest -m sources) ==================="
+cat "$sources_log"
+cluster_status=$(cat test-artifacts/cluster-tests.status 2>/dev/null || echo 1)
+sources_status=$(cat test-artifacts/sources-tests.status 2>/dev/null || echo 1)
+final=0
+for part in "not cluster and not sources:$status" "cluster:$cluster_status" "sources:$sources_status"; do
+    code=${part##*:}
+    if [ "$code" -eq 5 ]; then
+        echo "test: pytest -m '${part%:*}' collected no tests; that is a failure" >&2
+    fi
+    if [ "$code" -ne 0 ] && [ "$final" -eq 0 ]; then
+        final=$code
+    fi
+done
+exit "$final"

@@ -1,4 +1,6 @@
-"""Airflow connections named in transport configs (``aws_conn_id`` of ``s3_input``).
+"""Airflow connections named in transport and sink configs (``aws_conn_id`` of
+``s3_input`` and ``delta_table_input``, ``postgres_conn_id`` of ``postgres_input`` and the
+``postgres`` sink).
 
 Transports resolve a connection id without Airflow: from ``AIRFLOW_CONN_<ID>``, then
 from a resolver a higher layer installs (:func:`airflow_connectors.transports._s3.
@@ -25,8 +27,9 @@ from airflow.sdk.log import mask_secret
 
 from airflow_connectors.transports import _s3
 
-#: Transport config fields that name an Airflow connection.
-CONN_ID_FIELDS = ("aws_conn_id",)
+#: Transport and sink config fields that name an Airflow connection, with the kind of
+#: connection to create (as the Airflow UI names it).
+CONN_ID_FIELDS = {"aws_conn_id": "Amazon Web Services", "postgres_conn_id": "Postgres"}
 
 
 def airflow_connection(conn_id: str) -> dict[str, Any] | None:
@@ -47,19 +50,27 @@ def install_resolver() -> None:
     _s3.set_connection_resolver(airflow_connection)
 
 
-def conn_ids(transport_config: Mapping[str, Any] | None) -> list[str]:
-    """The connection ids a transport config names."""
-    config = transport_config or {}
-    return [str(config[f]) for f in CONN_ID_FIELDS if isinstance(config.get(f), str) and config[f]]
+def conn_ids(config: Mapping[str, Any] | None) -> list[str]:
+    """The connection ids a transport or sink config names."""
+    return [conn_id for _, conn_id in _named(config)]
 
 
-def export_connections(transport_config: Mapping[str, Any] | None, connector: str) -> list[str]:
-    """Put every connection ``transport_config`` names into this process's environment as
-    ``AIRFLOW_CONN_<ID>`` (children such as spark-submit inherit it); returns the variable
-    names. A connection that is already in the environment is left as it is. Raises
-    ``LookupError`` in one line, naming ``connector``, for a connection nobody knows."""
+def _named(config: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """``(field, connection id)`` of every connection field set in ``config``."""
+    config = config or {}
+    return [
+        (f, str(config[f])) for f in CONN_ID_FIELDS if isinstance(config.get(f), str) and config[f]
+    ]
+
+
+def export_connections(config: Mapping[str, Any] | None, connector: str) -> list[str]:
+    """Put every connection a transport or sink ``config`` names into this process's
+    environment as ``AIRFLOW_CONN_<ID>`` (children such as spark-submit inherit it);
+    returns the variable names. A connection that is already in the environment is left
+    as it is. Raises ``LookupError`` in one line, naming ``connector``, for a connection
+    nobody knows."""
     names = []
-    for conn_id in conn_ids(transport_config):
+    for field, conn_id in _named(config):
         var = _s3.conn_env_var(conn_id)
         names.append(var)
         if os.environ.get(var):
@@ -67,8 +78,8 @@ def export_connections(transport_config: Mapping[str, Any] | None, connector: st
         data = airflow_connection(conn_id)
         if data is None:
             raise LookupError(
-                f"connector {connector}: aws_conn_id {conn_id!r} is not an Airflow connection; "
-                f"create an Amazon Web Services connection {conn_id!r} (Admin > Connections, "
+                f"connector {connector}: {field} {conn_id!r} is not an Airflow connection; "
+                f"create a {CONN_ID_FIELDS[field]} connection {conn_id!r} (Admin > Connections, "
                 f"or `airflow connections add`), or set {var}"
             )
         os.environ[var] = json.dumps(data)

@@ -296,8 +296,17 @@ def _masked(message: str, ctx: BatchContext) -> str:
 def _failure(exc: Exception, ctx: BatchContext, batch_id: int) -> tuple[str, str]:
     """One line for an exception Spark raised (a Py4J error or a ``PythonException``
     whose text holds Java and Python traces), masked."""
-    message, kind = _failure_line(str(exc), ctx, batch_id)
+    text = str(exc)
+    if _MISSING_PACKAGE.search(text):  # executors whose Python lacks this package
+        from airflow_connectors.engine.package import missing_package_message
+
+        return missing_package_message(f"connector {ctx.ref}: batch {batch_id}"), "transport"
+    message, kind = _failure_line(text, ctx, batch_id)
     return _masked(message, ctx), kind
+
+
+#: A Python worker that could not import this package (not shipped, not installed).
+_MISSING_PACKAGE = re.compile(r"ModuleNotFoundError: No module named 'airflow_connectors[.']")
 
 
 #: ``SomeError: message`` as the last line of a Python trace, or a Java exception.

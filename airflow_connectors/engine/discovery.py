@@ -4,6 +4,7 @@ Runs without Spark: a run that finds nothing new never starts Spark."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -22,6 +23,7 @@ from airflow_connectors.spec.models import (
 )
 from airflow_connectors.state.store import BatchPlan, ConnectorRef, StateStore
 from airflow_connectors.transports import Cursor, Limits, Transport, WorkItem
+from airflow_connectors.transports.base import MTIME
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,17 @@ def roll_forward(store: StateStore, ref: ConnectorRef) -> None:
             publish_committed(store, BatchContext.from_plan(b.plan), b.batch_id, b.attempt)
 
 
+def _sliced(cursor: Cursor) -> Cursor:
+    """The cursor a date slice (a rendered template: each Airflow run lists its own
+    prefix or folder) is discovered with: no watermark. The watermark is one key per
+    connector, and slices commit in any order (a backfill runs days side by side), so a
+    later day's keys would put it above an earlier day's never-read keys, which would
+    then pass for collapsed, committed ones. A slice lists all of its keys and reads
+    those without an offsets row; its items carry no ``MTIME``, so their rows never
+    collapse (a slice holds one run's keys: its state stays small)."""
+    return dataclasses.replace(cursor, watermark=None, late_after=None, since_relist=0)
+
+
 def discover(
     store: StateStore,
     ctx: BatchContext,
@@ -95,15 +108,23 @@ def discover(
         tasks_max = ctx.connector.tasks_max
         ids = pending[:tasks_max]
         transport = ctx.transport()
-        cursor = store.cursor(ref)
+        cursor = _sliced(store.cursor(ref)) if own_slice_only else store.cursor(ref)
         new_items: list[WorkItem] = []
         if len(ids) < tasks_max:
             slots = tasks_max - len(ids)
             per_batch = ctx.connector.max_batch_size or DEFAULT_BATCH_RECORDS
             limits = Limits(
-                max_records=slots * per_batch, now=time.time(), appendable=_appendable(ctx)
+                max_records=slots * per_batch,
+                now=time.time(),
+                appendable=_appendable(ctx),
+                tasks_max=tasks_max,
             )
             new_items = list(islice(transport.discover(cursor, limits), limits.max_items))
+            if own_slice_only:  # offsets rows of slices never collapse (see _sliced)
+                new_items = [
+                    dataclasses.replace(i, meta={k: v for k, v in i.meta.items() if k != MTIME})
+                    for i in new_items
+                ]
             for message, key in transport.notices:
                 log.warning("%s: %s", ref, message)
                 store.record_transport_error(ref, message, source_key=key)
@@ -131,7 +152,8 @@ def discover(
                 ids += planned
         eoi = False
         if not ids:
-            eoi = _exhausted(transport, store.cursor(ref))
+            after = store.cursor(ref)
+            eoi = _exhausted(transport, _sliced(after) if own_slice_only else after)
             store.set_end_of_input(ref, eoi)
         return Discovery(ids, len(new_items), eoi)
     finally:
@@ -196,13 +218,16 @@ def same_source(plan: BatchPlan, ctx: BatchContext) -> bool:
     return same_transport and as_json(planned.format) == as_json(current.format)
 
 
-def finalize(store: StateStore, ctx: BatchContext) -> bool:
-    """Recompute end of input after batches ran; returns whether the connector finished."""
+def finalize(store: StateStore, ctx: BatchContext, *, own_slice_only: bool = False) -> bool:
+    """Recompute end of input after batches ran; returns whether the connector finished.
+    ``own_slice_only``: as for :func:`discover` (a date slice looks without the
+    watermark)."""
     ref = ctx.ref
     if store.pending_batches(ref):
         store.set_end_of_input(ref, False)
         return False
-    eoi = _exhausted(ctx.transport(), store.cursor(ref))
+    cursor = store.cursor(ref)
+    eoi = _exhausted(ctx.transport(), _sliced(cursor) if own_slice_only else cursor)
     store.set_end_of_input(ref, eoi)
     return eoi
 

@@ -31,7 +31,10 @@ thousands of lines. Stages:
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import socket
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -351,6 +354,7 @@ class _Task:
                 bytes=0,
                 completed=True,
                 records_done=item.records_done,
+                executor=executor_identity(),
             ),
             [ErrorRecord("transport", f.message, item.key)],
         )
@@ -436,7 +440,11 @@ def _ingest_item(task: _Task, item: WorkItem, out: _ItemParts) -> ItemOutcome:
         offset = item.end if item.end is not None else item.start + ingest.good
     else:
         nbytes = ingest.decode(rows, fmt)
-        offset = item.start + nbytes
+        # A transport whose offsets count records (message sequences) commits the range.
+        if task.transport().record_offsets and item.end is not None:
+            offset = item.end
+        else:
+            offset = item.start + nbytes
     try:
         out.commit()
     except Exception as e:
@@ -578,6 +586,25 @@ class _ItemIngest:
         return _failure(ctx, item, "object", e, f"{what}: {cause(e)}")
 
 
+@functools.cache
+def executor_identity() -> dict[str, str]:
+    """Which Spark executor this Python worker serves, for the item receipts
+    (:attr:`ItemReceipt.executor`): ``host`` (this machine's hostname), ``id`` and
+    ``dir`` (the worker's working directory).
+
+    Spark gives a Python worker no executor id, but runs it in its executor's working
+    directory: on a standalone cluster ``<worker work dir>/<app id>/<executor id>``, so
+    ``id`` is that folder's name when its parent is an ``app-...`` folder. Elsewhere
+    ``SPARK_EXECUTOR_ID`` when the cluster manager sets it (Kubernetes), else
+    ``"driver"``: on ``local[*]`` the executor is the driver."""
+    cwd = os.getcwd()
+    if os.path.basename(os.path.dirname(cwd)).startswith("app-"):
+        executor = os.path.basename(cwd)
+    else:
+        executor = os.environ.get("SPARK_EXECUTOR_ID") or "driver"
+    return {"host": socket.gethostname(), "id": executor, "dir": cwd}
+
+
 def _receipt(
     item: WorkItem, offset: int, good: int, bad: int, nbytes: int, retries: int = 0
 ) -> ItemReceipt:
@@ -597,6 +624,7 @@ def _receipt(
             **({"seen": item.end} if item.end is not None and offset < item.end else {}),
         }
         or None,
+        executor=executor_identity(),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -18,10 +19,34 @@ LOOPBACK = "127.0.0.1"
 DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
+def ingest_submit_conf(
+    master: str, conf: Mapping[str, Any] | None = None, *, cds: bool = True
+) -> dict[str, str]:
+    """The ``--conf`` settings every ingest ``spark-submit`` gets on ``master`` (the
+    ingest operator adds the user's ``spark_conf``, ``conf``, on top): what makes a small
+    batch start fast. Values here never carry secrets (they reach the command line).
+
+    With ``cds`` (and ``[connectors] driver_cds``, default true) the driver JVM maps a
+    class-data-sharing archive of Spark's classes, recorded once by an earlier job
+    (:mod:`airflow_connectors.engine.jvm`), where the driver runs on this machine
+    (``local`` and standalone ``spark://`` masters, client deploy mode)."""
+    java_options = DRIVER_JAVA_OPTIONS
+    if cds and master.startswith(("local", "spark://")):
+        from airflow_connectors.engine.jvm import driver_cds_options
+
+        extra = driver_cds_options(conf)
+        if extra:
+            java_options = f"{java_options} {extra}"
+    return {"spark.driver.extraJavaOptions": java_options}
+
+
 def spark_session(settings: Settings, app_name: str = "airflow-connectors") -> SparkSession:
     """A Spark session for ingest on ``settings.spark_master``, with the transports
     registered as Spark data sources (``spark.read.format("file_input")``)."""
-    # Executors' Python workers must import airflow_connectors: use this interpreter.
+    # Executors' Python workers must import airflow_connectors: use this interpreter,
+    # or the workers' own Python ([connectors] executor_python; the package is shipped).
+    if settings.executor_python:
+        os.environ["PYSPARK_PYTHON"] = settings.executor_python
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     local = settings.spark_master.startswith("local")
@@ -48,6 +73,11 @@ def spark_session(settings: Settings, app_name: str = "airflow-connectors") -> S
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if settings.ships_package():
+        # A cluster's executors get this package with the session, as --py-files would.
+        from airflow_connectors.engine.package import package_zip
+
+        spark.sparkContext.addPyFile(str(package_zip()))
     register(spark)
     return spark
 

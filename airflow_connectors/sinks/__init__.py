@@ -10,6 +10,7 @@ SINKS = Registry(
         "parquet": "airflow_connectors.sinks.parquet:ParquetSink",
         "delta": "airflow_connectors.sinks.delta:DeltaSink",
         "iceberg": "airflow_connectors.sinks.iceberg:IcebergSink",
+        "postgres": "airflow_connectors.sinks.postgres:PostgresSink",
     },
 )
 

@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from airflow_connectors.spec.redact import mask_url
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -84,7 +86,9 @@ def validated(
                 msg = err["msg"].removeprefix("Value error, ")
                 got = err.get("input")
                 shown = (
-                    "" if isinstance(got, Mapping | list) or repr(got) in msg else f" (got {got!r})"
+                    ""
+                    if isinstance(got, Mapping | list) or repr(got) in msg
+                    else f" (got {mask_url(repr(got))})"  # a URL's password stays hidden
                 )
                 _error(errors, [*path, *loc], f"{msg[0].lower()}{msg[1:]}{shown}")
         return None

@@ -4,6 +4,7 @@ one transaction), publish, fail and release. See the protocol at the top of
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -225,6 +226,7 @@ class Batches(Connectors):
                     records=sum(r.records for r in receipts),
                     bytes=sum(r.bytes for r in receipts),
                     parse_errors=sum(r.bad for r in receipts),
+                    executors=executor_totals(receipts),
                 )
             ).rowcount
             if updated != 1:
@@ -342,6 +344,19 @@ _KEYS_PER_QUERY = 500
 _OFFSET_FIELDS = ("offset", "records", "completed", "meta", "batch_id")
 
 
+def _behind(receipt: ItemReceipt, stored: tuple[int, Any]) -> bool:
+    """Whether ``receipt`` would move its key's offset back within the same reading of
+    the key (same ``meta``): one discovery may plan several ranges of one key into
+    batches (datagen's row ranges of a plan), which Airflow runs side by side, and when
+    a later range commits first the earlier one's commit must not lower the offset, or
+    the next discovery would plan the later range again. A receipt with other ``meta``
+    starts a new reading of the key (``postgres_input`` reuses a range's key for each
+    incremental window, counting from 0): it replaces the row. (Offset edits do not go
+    through a commit.)"""
+    offset, meta = stored
+    return receipt.offset < offset and json.loads(json.dumps(dict(receipt.meta or {}))) == meta
+
+
 def _write_offsets(
     conn: sa.Connection, ref: ConnectorRef, receipts: Sequence[ItemReceipt], batch_id: int
 ) -> None:
@@ -360,15 +375,17 @@ def _write_offsets(
         for r in receipts
     }
     keys = list(rows)
-    existing: set[str] = set()
+    receipts_by = {r.key: r for r in receipts}
+    existing: dict[str, tuple[int, Any]] = {}
     for i in range(0, len(keys), _KEYS_PER_QUERY):
         chunk = keys[i : i + _KEYS_PER_QUERY]
-        existing.update(
-            conn.execute(
-                sa.select(s.offsets.c.key).where(ref.where(s.offsets), s.offsets.c.key.in_(chunk))
-            ).scalars()
+        found = conn.execute(
+            sa.select(s.offsets.c.key, s.offsets.c.offset, s.offsets.c.meta).where(
+                ref.where(s.offsets), s.offsets.c.key.in_(chunk)
+            )
         )
-    updates = [rows[k] for k in keys if k in existing]
+        existing.update((key, (int(at), meta or {})) for key, at, meta in found)
+    updates = [rows[k] for k in keys if k in existing and not _behind(receipts_by[k], existing[k])]
     inserts = [rows[k] for k in keys if k not in existing]
     if updates:
         conn.execute(
@@ -393,6 +410,24 @@ def _write_offsets(
         )
 
 
+def executor_totals(receipts: Sequence[ItemReceipt]) -> list[dict[str, Any]] | None:
+    """What :attr:`Batch.executors` holds: per Spark executor of the receipts (host, id,
+    dir), the work items it read and the good records it wrote; sorted by host, dir, id.
+    None when no receipt says which executor read it."""
+    totals: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in receipts:
+        if not r.executor:
+            continue
+        e = r.executor
+        key = (str(e.get("host", "")), str(e.get("dir", "")), str(e.get("id", "")))
+        entry = totals.setdefault(
+            key, {"host": key[0], "id": key[2], "dir": key[1], "items": 0, "records": 0}
+        )
+        entry["items"] += 1
+        entry["records"] += r.records
+    return [totals[k] for k in sorted(totals)] or None
+
+
 def _batch(r: Any) -> Batch:
     return Batch(
         batch_id=r.batch_id,
@@ -406,6 +441,7 @@ def _batch(r: Any) -> Batch:
         records=r.records,
         committed_at=r.committed_at,
         created_at=r.created_at,
+        executors=r.executors,
     )
 
 

@@ -78,6 +78,12 @@ class ItemReceipt:
     #: Transient transport errors retried while reading the item (throttling, resets,
     #: timeouts); the commit adds them to the connector's ``num_transport_errors``.
     retries: int = 0
+    #: The Spark executor that read the item: ``{"host": hostname, "id": executor id,
+    #: "dir": its working directory}`` (``engine.reader.executor_identity``; on a
+    #: standalone cluster ``dir`` is ``<worker work dir>/<app id>/<executor id>``, on
+    #: ``local[*]`` the id is ``"driver"``). None: not known (a receipt made elsewhere).
+    #: The commit sums the batch's receipts per executor into :attr:`Batch.executors`.
+    executor: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The receipt as a dict; a Spark task sends receipts to the driver this way."""
@@ -111,6 +117,12 @@ class Batch:
     records: int | None = None
     committed_at: float | None = None
     created_at: float = 0.0
+    #: Which Spark executors ran the committed batch (column ``ac_batches.executors``,
+    #: since schema version 7): one entry per executor, sorted by host, dir and id,
+    #: ``{"host", "id", "dir"`` (see :attr:`ItemReceipt.executor`) ``, "items": work
+    #: items it read, "records": good rows it wrote}``. None while planned, and for
+    #: batches committed before version 7.
+    executors: list[dict[str, Any]] | None = None
 
 
 @dataclass

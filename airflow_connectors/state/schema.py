@@ -90,7 +90,7 @@ _specs_v4 = sa.Table(
 )
 
 
-def _batch_columns(*, published: bool) -> list[sa.Column[object]]:
+def _batch_columns(*, published: bool, executors: bool = False) -> list[sa.Column[object]]:
     cols: list[sa.Column[object]] = [
         sa.Column("batch_id", sa.Integer, primary_key=True, autoincrement=True),
         sa.Column("pipeline", sa.String(200), nullable=False),
@@ -111,10 +111,12 @@ def _batch_columns(*, published: bool) -> list[sa.Column[object]]:
     ]
     if published:  # since v2
         cols.append(sa.Column("published", sa.Boolean, nullable=False, default=False))
+    if executors:  # since v7: which Spark executors ran the committed batch
+        cols.append(sa.Column("executors", sa.JSON, nullable=True))
     return cols
 
 
-batches = sa.Table("ac_batches", metadata, *_batch_columns(published=True))
+batches = sa.Table("ac_batches", metadata, *_batch_columns(published=True, executors=True))
 
 offsets = sa.Table(
     "ac_offsets",
@@ -200,7 +202,13 @@ def _v6(conn: Connection) -> None:
     conn.execute(sa.text("ALTER TABLE ac_connectors ADD COLUMN collapsed_to VARCHAR(2048)"))
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+def _v7(conn: Connection) -> None:
+    # Scale-out: per committed batch, the Spark executors that ran it (host, id, working
+    # directory) with the items and records each ingested (JSON; NULL before v7).
+    conn.execute(sa.text("ALTER TABLE ac_batches ADD COLUMN executors JSON"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 LATEST = len(MIGRATIONS)
 
 

@@ -7,9 +7,14 @@
 - :mod:`.jobs`: the ingest job as its own process, SIGKILLed at a named fail point (the
   crash checks of the exactly-once protocol).
 - :mod:`.standalone`: embedded ``airflow standalone`` for the quickstart and the
-  end-to-end tests.
+  end-to-end tests; :class:`~airflow_connectors.testing.standalone.AirflowApi`, the REST
+  helpers.
+- :mod:`.cluster`: the scale-out deployment on 127.0.0.1 (Spark standalone, Airflow with
+  the CeleryExecutor, PostgreSQL, S3) for the cluster tests and ``scripts/cluster.sh``.
 
 This ``__init__`` imports nothing: Airflow's processes import
 ``airflow_connectors.testing.standalone`` (the SQLite connect arguments are named by
-module path), and the kit modules import pytest, which those processes must not load.
+module path) and ``airflow_connectors.testing.cluster`` (its ``hostname`` is the cluster's
+``[core] hostname_callable``), and the kit modules import pytest, which those processes
+must not load.
 """

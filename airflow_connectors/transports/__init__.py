@@ -11,6 +11,12 @@ TRANSPORTS = Registry(
         "file_input": "airflow_connectors.transports.file_input:FileInputTransport",
         "url_input": "airflow_connectors.transports.url_input:UrlInputTransport",
         "s3_input": "airflow_connectors.transports.s3_input:S3InputTransport",
+        "postgres_input": "airflow_connectors.transports.postgres_input:PostgresInputTransport",
+        "nats_input": "airflow_connectors.transports.nats_input:NatsInputTransport",
+        "delta_table_input": (
+            "airflow_connectors.transports.delta_table_input:DeltaTableInputTransport"
+        ),
+        "iceberg_input": "airflow_connectors.transports.iceberg_input:IcebergInputTransport",
     },
 )
 

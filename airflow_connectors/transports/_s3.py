@@ -60,6 +60,12 @@ def set_connection_resolver(fn: ConnectionResolver | None) -> None:
     _resolver = fn
 
 
+def lookup_connection(conn_id: str) -> Mapping[str, Any] | None:
+    """Connection ``conn_id`` as the installed resolver gives it (Airflow's JSON form);
+    None when none is installed or it does not know the connection."""
+    return _resolver(conn_id) if _resolver is not None else None
+
+
 def conn_env_var(conn_id: str) -> str:
     """The environment variable Airflow reads a connection from: ``AIRFLOW_CONN_<ID>``."""
     return f"AIRFLOW_CONN_{conn_id.upper()}"

@@ -72,6 +72,31 @@ class KeyOffset:
 MTIME = "mtime"
 
 
+class SourceOrderError(ValueError):
+    """The committed watermark sorts after every key the source now lists (its prefix or
+    folder changed, or date slices ran out of key order): reading on could skip keys
+    below the watermark as committed. Discovery stops instead of losing them."""
+
+
+def check_scope(connector: str, what: str, scope: str, watermark: str | None) -> None:
+    """Raise :class:`SourceOrderError` when ``watermark`` sorts after every key that
+    starts with ``scope`` (the listing's fixed prefix): the watermark and the listing
+    time it rests on come from listings of other keys, so a key of this listing that
+    sorts below it, has no offsets row and is older than ``late_after`` would count as
+    committed without ever having been read."""
+    if watermark is None or watermark.startswith(scope) or watermark < scope:
+        return
+    raise SourceOrderError(
+        f"{connector}: the committed watermark {watermark!r} sorts after every key of "
+        f"{what} (keys starting with {scope!r}); its keys would be taken as committed "
+        "without being read. This happens when date slices run out of key order (run "
+        "backfills forward: airflow backfill create ... --max-active-runs 1, without "
+        "--run-backwards) or when the source's prefix or folder was changed to one that "
+        "sorts earlier (give the new source a connector of its own, or reset this one's "
+        "offsets)"
+    )
+
+
 @dataclass(frozen=True)
 class Cursor:
     """Committed offsets per key, plus the keys that are planned but not committed.
@@ -112,6 +137,9 @@ class Limits:
     #: Whether the connector's format can read an object from a byte offset (lines):
     #: then bytes appended to an object already read are new work.
     appendable: bool = False
+    #: The connector's ``tasks_max``: a transport that splits one source into ranges
+    #: read in parallel (``postgres_input``'s ``partition_column``) makes this many.
+    tasks_max: int = 1
 
 
 __all__ = ["MTIME", "Cursor", "KeyOffset", "Limits", "Transport", "WorkItem"]
@@ -123,6 +151,10 @@ class Transport(ABC):
     name: ClassVar[str]
     Config: ClassVar[type[StrictConfig]]
     needs_format: ClassVar[bool] = True
+    #: ``start``/``end`` of work items count records (message sequence numbers), not
+    #: bytes, also when the transport yields bytes for a format: a read item commits at
+    #: its ``end`` (it is always read whole), not at the bytes the format consumed.
+    record_offsets: ClassVar[bool] = False
 
     def __init__(self, config: StrictConfig, table: TableSpec) -> None:
         self.config = config

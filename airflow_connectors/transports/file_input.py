@@ -27,6 +27,7 @@ from airflow_connectors.transports.base import (
     Limits,
     Transport,
     WorkItem,
+    check_scope,
 )
 from airflow_connectors.transports.compression import codec_of, decompress, skip
 from airflow_connectors.transports.retry import retrying_stream
@@ -155,6 +156,10 @@ class FileInputTransport(Transport):
         self.relisted_at = None
         started = time.time()
         follow = self.config.follow
+        if not follow:  # following keeps every offsets row: no watermark to trust
+            check_scope(
+                "file_input", str(self.config.path), _scope(str(self.config.path)), cursor.watermark
+            )
         files = self._listed()
         if not files and not follow and not cursor.offsets and cursor.watermark is None:
             self.notices.append(
@@ -373,6 +378,18 @@ def _walk(root: str) -> list[str]:
                     continue
                 (folders if folder else found).append(entry.path)
     return found
+
+
+def _scope(path: str) -> str:
+    """The fixed start of every path ``path`` lists: the folder before its first glob
+    character (with a trailing ``/``), the folder itself, or the file."""
+    cut = min((path.find(c) for c in "*?[" if c in path), default=-1)
+    if cut >= 0:
+        folder = path[:cut].rpartition("/")[0]
+        return os.path.join(os.path.abspath(folder or "."), "")
+    if os.path.isdir(path):
+        return os.path.join(os.path.abspath(path), "")
+    return os.path.abspath(path)
 
 
 def _after_watermark(files: list[str], cursor: Cursor) -> list[str]:

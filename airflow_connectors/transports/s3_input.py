@@ -37,6 +37,7 @@ from airflow_connectors.transports.base import (
     Limits,
     Transport,
     WorkItem,
+    check_scope,
 )
 
 #: Bytes asked of a response body at a time.
@@ -236,6 +237,8 @@ class S3InputTransport(Transport):
         """Objects after the watermark (all of them on a re-list) that are neither in
         flight, empty nor committed, in key order; at most ``limits.max_items``."""
         self.relisted_at = None
+        scope = self.config.key if self.config.key is not None else self.config.prefix or ""
+        check_scope("s3_input", self._describe_source(), scope, cursor.watermark)
         full = cursor.watermark is None or cursor.since_relist >= self.config.relist_every - 1
         objects, started_at = self._objects(None if full else cursor.watermark)
         seen = emitted = 0

@@ -440,6 +440,11 @@ def test_connector_plugins_describe_and_validate_configs(api: Api) -> None:
     assert {"class": "file_input", "type": "source", "version": "0.1.0"} in plugins
     assert {"class": "json", "type": "converter", "version": "0.1.0"} in plugins
     assert {"class": "parquet", "type": "sink", "version": "0.1.0"} in plugins
+    for source in ("postgres_input", "nats_input", "delta_table_input", "iceberg_input"):
+        assert {"class": source, "type": "source", "version": "0.1.0"} in plugins
+    assert {"class": "postgres", "type": "sink", "version": "0.1.0"} in plugins
+    pg = {d["name"]: d for d in api("GET", "/connector-plugins/postgres_input/config").json()}
+    assert {"uri", "postgres_conn_id", "query", "mode", "cursor_column"} <= set(pg)
     definition = {d["name"]: d for d in api("GET", "/connector-plugins/file_input/config").json()}
     path = definition["path"]
     assert path["required"] is True and path["type"] == "STRING"

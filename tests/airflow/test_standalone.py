@@ -295,7 +295,8 @@ def test_backfill_lands_each_day_once(orch: Orchestra) -> None:
     af.wait_backfills(dag, timeout=400)
     runs = [r for r in af.runs(dag) if r["run_type"] == "backfill"]
     assert sorted(r["logical_date"][:10] for r in runs) == DAYS
-    assert all(r["state"] == "success" for r in runs)
+    failed = [r for r in runs if r["state"] != "success"]
+    assert not failed, "\n".join(af.explain_run(dag, r["dag_run_id"]) for r in failed)
     expected = [i for n in range(3) for i in range(n * 100, n * 100 + 5)]
     assert orch.ids("daily") == expected
 
@@ -317,5 +318,6 @@ def test_backfill_lands_each_day_once(orch: Orchestra) -> None:
             if ti["task_id"] == "ingest" and ti["state"] == "success" and ti["try_number"] >= 2
         ]
         assert ingested == [], tis
-    assert all(r["state"] == "success" for r in reruns)
+    failed = [r for r in reruns if r["state"] != "success"]
+    assert not failed, "\n".join(af.explain_run(dag, r["dag_run_id"]) for r in failed)
     assert orch.ids("daily") == expected  # re-running the days added nothing

@@ -11,6 +11,7 @@ import pytest
 
 from airflow_connectors.catalog import load_pipeline, parse_pipeline, validate_pipeline
 from airflow_connectors.spec import SpecValidationError
+from airflow_connectors.transports import TRANSPORTS
 
 # Verbatim from Feldera's "Input connector orchestration" page.
 NUMBERS_SQL = """CREATE TABLE numbers (
@@ -60,6 +61,9 @@ price integer
 }
 }]');"""
 
+#: The installed transports, as validation lists them.
+AVAILABLE = ", ".join(TRANSPORTS.names())
+
 
 def errors(doc: Any) -> list[tuple[str, str]]:
     return [(e.path, e.message) for e in validate_pipeline(doc)]
@@ -101,7 +105,9 @@ def test_feldera_price_example_reports_only_kafka_missing() -> None:
     path, message = one_error({"pipeline": "tutorial", "sql": PRICE_SQL})
     assert path == "tables.price.connectors[1].transport.name"
     assert message == (
-        "transport 'kafka_input' is not available yet; available transports: datagen, file_input, s3_input, url_input"
+        "transport 'kafka_input' is not available yet (reading Kafka topics needs a Kafka broker, "
+        "not supported in this release; a transport for it can be added as a plugin: see "
+        f"'Writing a transport' in the README); available transports: {AVAILABLE}"
     )
 
 
@@ -288,9 +294,18 @@ def test_unknown_transport_lists_available() -> None:
         table({"name": "k", "transport": {"name": "pubsub_input"}, "format": {"name": "json"}})
     )
     assert path == "tables.t.connectors[0].transport.name"
-    assert (
-        message
-        == "transport 'pubsub_input' is not available yet; available transports: datagen, file_input, s3_input, url_input"
+    assert message.startswith("transport 'pubsub_input' is not available yet (Google Pub/Sub")
+    assert message.endswith(f"; available transports: {AVAILABLE}")
+
+
+def test_unknown_transport_suggests_the_closest_name() -> None:
+    path, message = one_error(
+        table({"name": "k", "transport": {"name": "file_inptu"}, "format": {"name": "json"}})
+    )
+    assert path == "tables.t.connectors[0].transport.name"
+    assert message == (
+        "transport 'file_inptu' is not available yet (did you mean 'file_input'?); "
+        f"available transports: {AVAILABLE}"
     )
 
 

@@ -149,7 +149,7 @@ def test_schema_migrates_forward_from_v1(store_url: str) -> None:
     engine.dispose()
     store = StateStore(store_url)  # opening migrates
     with store.tx() as conn:
-        assert schema._current_version(conn) == schema.LATEST == 6
+        assert schema._current_version(conn) == schema.LATEST == 7
         columns = {c["name"] for c in sa.inspect(conn).get_columns("ac_connectors")}
         assert {
             "new_data_signal",

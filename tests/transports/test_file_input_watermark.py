@@ -183,3 +183,71 @@ def test_followed_files_never_collapse(connect: Any, tmp_path: Path) -> None:
     os.utime(folder / "0.json", (OLD + 1, OLD + 1))
     cycle(c)
     assert ids(c) == list(range(51))
+
+
+def test_a_slice_that_sorts_below_the_watermark_stops_discovery_instead_of_losing_it(
+    connect: Any, tmp_path: Path
+) -> None:
+    """Date slices out of key order (a backfill's later day committed first): the older
+    day's files sort below the watermark and were written before the listing that set
+    ``late_after``, so they would pass for collapsed, committed files. Discovery stops
+    with a one-line error that says what to do; nothing is skipped silently."""
+    from airflow_connectors.transports.base import SourceOrderError
+
+    for day in ("2026-11-01", "2026-11-03"):
+        for n in range(3):
+            write(tmp_path / "in" / day, f"{n}.json", range(n * 10, n * 10 + 10))
+    later = connect(tmp_path / "in" / "2026-11-03")
+    cycle(later)
+    cycle(later)  # commits, then collapses: the state holds the watermark only
+    assert ids(later) == list(range(30))
+    assert later.store.cursor(later.ref).watermark is not None
+    earlier = connect(tmp_path / "in" / "2026-11-01")
+    assert earlier.ref == later.ref
+    with pytest.raises(SourceOrderError, match="sorts after every key") as e:
+        earlier.discover()
+    assert "--max-active-runs 1" in str(e.value) and "\n" not in str(e.value)
+    # A slice that sorts after the watermark is read as before.
+    write(tmp_path / "in" / "2026-11-04", "0.json", range(100, 110))
+    cycle(connect(tmp_path / "in" / "2026-11-04"))
+
+
+def test_check_scope_only_objects_to_a_watermark_after_the_whole_listing() -> None:
+    from airflow_connectors.transports.base import SourceOrderError, check_scope
+
+    check_scope("c", "src", "in/2026-11-02/", None)
+    check_scope("c", "src", "in/2026-11-02/", "in/2026-11-01/9.json")  # before: all new
+    check_scope("c", "src", "in/2026-11-02/", "in/2026-11-02/5.json")  # inside
+    check_scope("c", "src", "", "anything")  # the whole bucket
+    with pytest.raises(SourceOrderError):
+        check_scope("c", "src", "in/2026-11-02/", "in/2026-11-03/0.json")
+
+
+def test_date_slices_out_of_key_order_each_land_once(connect: Any, tmp_path: Path) -> None:
+    """What a backfill's discover tasks do (a templated path, each run its own slice:
+    ``own_slice_only``): the later day commits first, then the earlier one is read whole,
+    a re-run of either plans nothing, and the state keeps every slice's rows."""
+    from airflow_connectors.engine import discovery
+
+    for day in ("2026-11-01", "2026-11-03"):
+        for n in range(3):
+            base = 0 if day.endswith("01") else 100
+            write(tmp_path / "in" / day, f"{n}.json", range(base + n * 10, base + n * 10 + 10))
+
+    def sliced(c: Connector) -> list[int]:
+        found = discovery.discover(c.store, c.ctx, own_slice_only=True)
+        c.run(found.batch_ids)
+        return found.batch_ids
+
+    later = connect(tmp_path / "in" / "2026-11-03")
+    assert sliced(later)
+    earlier = connect(tmp_path / "in" / "2026-11-01")
+    assert sliced(earlier)
+    assert ids(later) == list(range(100, 130))
+    assert ids(earlier) == list(range(30))
+    # What each run's finalize task does: the slice is exhausted (no guard error).
+    assert discovery.finalize(later.store, later.ctx, own_slice_only=True)
+    assert discovery.finalize(earlier.store, earlier.ctx, own_slice_only=True)
+    assert sliced(connect(tmp_path / "in" / "2026-11-01")) == []
+    assert sliced(connect(tmp_path / "in" / "2026-11-03")) == []
+    assert rows(earlier) == 6  # no slice's rows collapsed into the watermark

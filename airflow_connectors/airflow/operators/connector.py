@@ -35,13 +35,15 @@ from airflow_connectors.airflow.hooks.spark import (
     define_local_connection,
     spark_submit_binary,
 )
-from airflow_connectors.engine.spark import DRIVER_JAVA_OPTIONS
-from airflow_connectors.settings import Settings
+from airflow_connectors.engine.package import submit_options
+from airflow_connectors.engine.spark import ingest_submit_conf
+from airflow_connectors.settings import Settings, SettingsError
 from airflow_connectors.sinks._fs import aws_secret_values
 from airflow_connectors.spec.models import ConnectorSpec, TableSpec
 from airflow_connectors.spec.redact import secret_fields, secret_values
 from airflow_connectors.state.store import ConnectorRef, ConnectorStopped, StateStore
 from airflow_connectors.transports._s3 import ConnectionNotFound
+from airflow_connectors.transports.base import SourceOrderError
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset, Context
@@ -245,6 +247,8 @@ class ConnectorDiscoverOperator(_ConnectorOperator):
                     raise AirflowSkipException(str(e)) from None
                 except ConnectionNotFound as e:  # a connection to create, not to retry
                     raise AirflowFailException(f"connector {ctx.ref}: {e}") from None
+                except SourceOrderError as e:  # retrying would not change the order
+                    raise AirflowFailException(f"connector {ctx.ref}: {e}") from None
         if found.batch_ids:
             self.log.info(
                 "connector %s: %d batch(es) to ingest: %s (%d new work item(s))",
@@ -292,7 +296,6 @@ class ConnectorIngestOperator(SparkSubmitOperator):
             conf={
                 "spark.ui.enabled": "false",
                 "spark.log.level": "WARN",
-                "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
                 **(conf or {}),
             },
             # Driver and Python workers must import airflow_connectors: this interpreter.
@@ -311,7 +314,10 @@ class ConnectorIngestOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> None:
         """spark-submits the ingest job for ``batch_id`` (the state store URL only in its
         environment); skips when a stop released the batch."""
-        settings = Settings.load()
+        try:
+            settings = Settings.load()
+        except SettingsError as e:
+            raise AirflowFailException(str(e)) from None
         # The job finds the batch plan in the state store. Its URL may carry a password,
         # so it reaches spark-submit only through this task process's environment, which
         # the child inherits: never an argument, a --conf, a template field or XCom.
@@ -335,10 +341,12 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         # spark-submit's output (errors of the job) may quote the source's config.
         for secret in plan_secrets(plan.to_json()):
             mask_secret(secret)
-        # Connections the transport names reach the job as AIRFLOW_CONN_<ID> variables of
-        # this process's environment, which spark-submit inherits (never its arguments).
+        # Connections the transport and the sink name reach the job as AIRFLOW_CONN_<ID>
+        # variables of this process's environment, which spark-submit inherits (never its
+        # arguments): the sink's part writers run in Spark executors too.
         try:
-            export_connections(plan.connector.transport.config, f"{self.pipeline}.{self.endpoint}")
+            for config in (plan.connector.transport.config, plan.table.sink.config):
+                export_connections(config, f"{self.pipeline}.{self.endpoint}")
         except LookupError as e:
             raise AirflowFailException(str(e)) from None
         self.log.info(
@@ -377,6 +385,13 @@ class ConnectorIngestOperator(SparkSubmitOperator):
             self.log.info(
                 "no connection %r: running on %s ([connectors] spark_master)", conn_id, master
             )
+        # On a cluster the executors get this package with the job (--py-files) and run
+        # [connectors] executor_python; the user's conf and py_files come on top.
+        shipping = submit_options(Settings.load(), master, sys.executable)
+        if shipping.py_files and shipping.py_files not in (self.py_files or ""):
+            self.py_files = ",".join(p for p in (shipping.py_files, self.py_files) if p)
+            self.log.info("shipping airflow-connectors to the executors: %s", shipping.py_files)
+        self.conf = {**ingest_submit_conf(master, self.conf), **shipping.conf, **(self.conf or {})}
         if master.startswith("local"):
             # Local Spark talks to itself only: bind the driver to loopback.
             self.conf = {
@@ -400,7 +415,7 @@ class ConnectorFinalizeOperator(_ConnectorOperator):
         settings = Settings.load()
         ctx = self.batch_context(settings)
         with _state_store(settings) as store:
-            finished = finalize(store, ctx)
+            finished = finalize(store, ctx, own_slice_only=self.templated)
             st = store.status(ctx.ref)
         assert st is not None
         metrics = _metrics(st)
@@ -463,12 +478,17 @@ def _metrics(st: Any) -> dict[str, Any]:
 
 
 def plan_secrets(plan: dict[str, Any]) -> set[str]:
-    """Every secret in a batch plan's connector config (see :mod:`..spec.redact`)."""
+    """Every secret in a batch plan's connector and sink configs (see :mod:`..spec.redact`)."""
     from airflow_connectors.formats import FORMATS
+    from airflow_connectors.sinks import SINKS
     from airflow_connectors.transports import TRANSPORTS
 
     connector = plan.get("connector") or {}
     found = secret_values(connector)
+    sink = (plan.get("table") or {}).get("sink") or {}
+    found |= secret_values(sink)
+    if str(sink.get("name")) in SINKS:
+        found |= secret_values(sink.get("config"), secret_fields(SINKS.get(sink["name"]).Config))
     transport, fmt = connector.get("transport") or {}, connector.get("format") or {}
     if str(transport.get("name")) in TRANSPORTS:
         found |= secret_values(
