@@ -13,7 +13,7 @@ The points, in the order a batch passes them: ``before_sink_write``,
 ``mid_publish`` (the Parquet sink, after publishing one part of a committed batch while
 more remain), ``iceberg_committed`` (the Iceberg sink, after its commit of a batch and
 before the engine marks the batch published), ``delta_committed`` (the same in the Delta
-sink).
+sink), ``postgres_committed`` (the same in the PostgreSQL sink).
 
 Standard library only, and at the package's top so every layer that has a point (the
 engine, the sinks) can import it without importing upward.

@@ -1,0 +1,588 @@
+"""``postgres``: a PostgreSQL table (``table``, default the pipeline's table name), dead
+letters in ``<table>__errors`` beside it. Written Arrow-natively with the ADBC PostgreSQL
+driver (binary ``COPY``), no row-by-row Python.
+
+Executors write each part of a batch attempt into the attempt's staging tables
+(``_ac_stage_<key>_<batch>_<attempt>_r`` for rows, ``..._e`` for dead letters, in the
+target's schema, created by ``prepare``), one database transaction per part that first
+deletes what an earlier run of that part (a retried Spark task) staged. Nobody reads
+staging tables, so a crashed attempt is invisible; ``prepare``/``discard`` drop them.
+
+``publish`` (on the driver, after the state store committed the batch) is ONE PostgreSQL
+transaction: it inserts the batch into the sink-side table ``_ac_sink_batches`` (key:
+pipeline, target table, connector, batch id, attempt) with ``ON CONFLICT DO NOTHING``;
+only if that inserted a row it moves the attempt's staged rows into the target
+(``INSERT ... SELECT``) and its dead letters into the errors table, records the counts
+and drops the staging tables. The record and the rows commit together, so the table is
+exactly-once whatever the state store is (SQLite on another machine): a publish repeated
+after a crash, or run twice at once (the second waits on the first's key, then finds it),
+adds nothing. The attempt is part of the key, so a state store started afresh, whose
+batch ids an older life of the connector used, still publishes its own batches.
+
+Fail point ``postgres_committed``: after the PostgreSQL commit, before the state store
+records the batch published.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, field_validator, model_validator
+
+from airflow_connectors import failpoints
+from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkConfig, SinkUnwritable
+from airflow_connectors.transports import _postgres as _pg
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+#: The sink-side table recording every published batch (in the target's schema).
+BATCHES_TABLE = "_ac_sink_batches"
+#: Prefix of the staging tables (in the target's schema).
+STAGE_PREFIX = "_ac_stage_"
+#: The staging tables' column holding the part a row was written by.
+PART_COLUMN = "_ac_part"
+#: Serialises the sink's DDL (``CREATE TABLE IF NOT EXISTS`` races in PostgreSQL).
+DDL_LOCK = "airflow_connectors.postgres_sink"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+
+REMEDY = (
+    "check the sink's uri or postgres_conn_id (host, port, database, user, password) and "
+    "that the server is reachable"
+)
+
+
+class PostgresSinkConfig(SinkConfig, _pg.PostgresConnectionConfig):
+    """Which PostgreSQL database and table the rows go to."""
+
+    table: str | None = Field(
+        default=None,
+        description="Target table, 'name' or 'schema.name' (used as written, "
+        "case-sensitive). Unset: the pipeline's table name.",
+    )
+    schema_name: str | None = Field(
+        default=None,
+        alias="schema",
+        description="PostgreSQL schema of the target table when 'table' names none. "
+        "Unset: the connection's current schema (the first of its search_path, usually "
+        "'public'). The staging tables and _ac_sink_batches live in the same schema.",
+    )
+    errors_table: str | None = Field(
+        default=None,
+        description="Table for dead letters (records that could not be ingested), in the "
+        "target's schema; created on the first dead letter. Unset: '<table>__errors'.",
+    )
+    create_table: bool = Field(
+        default=True,
+        description="Create the target table (from the table's columns, with PostgreSQL "
+        "types) when it does not exist, and add columns the table spec gained since. "
+        "false: the table must exist and have every column.",
+    )
+
+    @field_validator("table", "schema_name", "errors_table")
+    @classmethod
+    def _identifier(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        for part in value.split("."):
+            if not _NAME.match(part):
+                raise ValueError(
+                    f"{value!r} is not a PostgreSQL name: expected letters, digits and _ "
+                    "(at most 63, not starting with a digit), optionally 'schema.name'"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _one_schema(self) -> PostgresSinkConfig:
+        if self.table and "." in self.table and self.schema_name:
+            raise ValueError("name the schema once: in 'table' (schema.name) or in 'schema'")
+        if self.table and self.table.count(".") > 1:
+            raise ValueError(f"table {self.table!r}: expected 'name' or 'schema.name'")
+        if self.errors_table and "." in self.errors_table:
+            raise ValueError("errors_table is a name in the target's schema, without a schema")
+        return self
+
+
+# --- connections -----------------------------------------------------------------------
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    text = lines[0] if lines else type(e).__name__
+    text = re.sub(r"^[A-Z_]+: (\[libpq\] )?", "", text)  # ADBC's status code
+    return re.sub(r"^Failed to (prepare|execute) query( '.*?')?: (ERROR: +)?", "", text)
+
+
+def quoted(name: str) -> str:
+    """``name`` as a quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def pg_type(arrow: pa.DataType) -> str:
+    """The PostgreSQL type a column of ``arrow`` type is stored as: what the ADBC driver's
+    binary COPY writes (TINYINT is SMALLINT, VARCHAR is text, TIMESTAMP has no zone)."""
+    import pyarrow as pa
+
+    if pa.types.is_decimal(arrow):
+        return f"numeric({arrow.precision},{arrow.scale})"
+    if pa.types.is_timestamp(arrow):
+        return "timestamptz" if arrow.tz else "timestamp"
+    simple = {
+        pa.bool_(): "boolean",
+        pa.int8(): "smallint",
+        pa.int16(): "smallint",
+        pa.int32(): "integer",
+        pa.int64(): "bigint",
+        pa.float32(): "real",
+        pa.float64(): "double precision",
+        pa.string(): "text",
+        pa.large_string(): "text",
+        pa.binary(): "bytea",
+        pa.date32(): "date",
+        pa.time64("us"): "time",
+    }
+    if arrow not in simple:
+        raise ValueError(f"no PostgreSQL type for Arrow type {arrow}")
+    return simple[arrow]
+
+
+def _columns_sql(schema: pa.Schema, *, not_null: bool) -> str:
+    return ", ".join(
+        f"{quoted(f.name)} {pg_type(f.type)}{'' if f.nullable or not not_null else ' NOT NULL'}"
+        for f in schema
+    )
+
+
+# --- part writer (executors) ------------------------------------------------------------
+
+
+class _PostgresPart(PartWriter):
+    """One part of an attempt, COPYed into the attempt's staging table in one transaction
+    (committed by :meth:`close`, rolled back by :meth:`abort`) that first deletes the
+    part's rows an earlier run of the same Spark task staged."""
+
+    def __init__(self, sink: PostgresSink, stage: str, part: int, schema: pa.Schema) -> None:
+        self.sink = sink
+        self.stage = stage
+        self.part = part
+        self.schema = schema
+        self.rows = 0
+        self._conn: Any = None
+        self._db_schema = ""
+
+    def _guard(self, action: Any) -> Any:
+        try:
+            return action()
+        except SinkUnwritable:
+            raise
+        except Exception as e:
+            raise self.sink.unwritable(f"cannot stage part {self.part} in {self.stage}", e) from e
+
+    def write(self, table: pa.Table) -> None:
+        """COPY ``table``'s rows into the staging table (binary, Arrow-native)."""
+        import pyarrow as pa
+
+        if table.num_rows == 0:
+            return
+        if self._conn is None:
+            self._conn = self.sink.connect()
+            self._guard(self._begin)
+        staged = table.select(self.schema.names).cast(self.schema)
+        staged = staged.append_column(
+            pa.field(PART_COLUMN, pa.int32(), nullable=False),
+            pa.array([self.part] * table.num_rows, pa.int32()),
+        )
+        with self._conn.cursor() as cur:
+            self._guard(
+                lambda: cur.adbc_ingest(
+                    self.stage, staged, mode="append", db_schema_name=self._db_schema
+                )
+            )
+        self.rows += table.num_rows
+
+    def _begin(self) -> None:
+        with self._conn.cursor() as cur:
+            self._db_schema = self.sink.resolve_schema(cur)
+            cur.execute(
+                f"DELETE FROM {quoted(self._db_schema)}.{quoted(self.stage)} "
+                f"WHERE {PART_COLUMN} = $1",
+                (self.part,),
+            )
+
+    def close(self) -> int:
+        """Commit the part; returns rows written."""
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            try:
+                self._guard(conn.commit)
+            finally:
+                with contextlib.suppress(Exception):
+                    conn.close()
+        return self.rows
+
+    def abort(self) -> None:
+        """Roll the part's transaction back."""
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            with contextlib.suppress(Exception):
+                conn.close()
+        self.rows = 0
+
+
+# --- the sink (driver) ------------------------------------------------------------------
+
+
+class PostgresSink(Sink):
+    """A PostgreSQL table; each batch moved from its staging table into it in the
+    transaction that records the batch in ``_ac_sink_batches``, so exactly once."""
+
+    name = "postgres"
+    Config = PostgresSinkConfig
+    config: PostgresSinkConfig
+
+    # -- names and connections -----------------------------------------------------------
+
+    def uri(self) -> str:
+        """The libpq URI (with ``connect_timeout``). Holds the password: never show it."""
+        try:
+            return self.config.libpq_uri("postgres sink")
+        except (LookupError, ValueError) as e:
+            raise SinkUnwritable(f"table {self.table.name}: {e}") from e
+
+    def where(self) -> str:
+        """The server and database, without user, password or parameters."""
+        if self.config.uri is not None:
+            return _pg.redacted(self.config.uri)
+        return f"Airflow connection {self.config.postgres_conn_id}"
+
+    def target(self, kind: Kind = "rows") -> tuple[str | None, str]:
+        """``(schema or None for the connection's current one, table)`` of ``kind``."""
+        name = self.config.table or self.table.name
+        schema = self.config.schema_name
+        if "." in name:
+            schema, name = name.split(".", 1)
+        if kind == "errors":
+            name = self.config.errors_table or f"{name}__errors"
+        return schema, name
+
+    def location(self, kind: Kind = "rows") -> str:
+        """``schema.table in postgresql://host:port/database`` (no credentials)."""
+        schema, name = self.target(kind)
+        return f"{f'{schema}.' if schema else ''}{name} in {self.where()}"
+
+    def unwritable(self, what: str, e: BaseException) -> SinkUnwritable:
+        """One line naming the table and the server, without credentials."""
+        from airflow_connectors.spec.redact import mask_text
+
+        secrets = _pg.uri_secrets(self.config.uri) if self.config.uri else []
+        if self.config.postgres_conn_id:
+            with contextlib.suppress(Exception):
+                secrets += _pg.uri_secrets(self.uri())
+        text = mask_text(_first_line(e), secrets)
+        return SinkUnwritable(f"table {self.table.name}: {what} at {self.where()}: {text}")
+
+    def connect(self) -> Any:
+        """A new ADBC connection (transactions: autocommit off)."""
+        import adbc_driver_postgresql.dbapi as pg
+
+        uri = self.uri()
+        try:
+            return pg.connect(uri)
+        except Exception as e:
+            raise SinkUnwritable(
+                f"{self.unwritable('cannot connect to PostgreSQL', e)}; {REMEDY}"
+            ) from e
+
+    @contextlib.contextmanager
+    def transaction(self, what: str) -> Iterator[Any]:
+        """A cursor in one transaction, committed when the block ends; any error is one
+        line (``cannot <what>``) and rolls back."""
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                yield cur
+            conn.commit()
+        except SinkUnwritable:
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            raise
+        except Exception as e:
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            raise self.unwritable(f"cannot {what}", e) from e
+        finally:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def resolve_schema(self, cur: Any) -> str:
+        """The target's schema: configured, else the connection's current schema."""
+        schema = self.target()[0]
+        if schema:
+            return schema
+        cur.execute("SELECT current_schema()")
+        row = cur.fetchone()
+        if row is None or row[0] is None:
+            raise SinkUnwritable(
+                f"table {self.table.name}: the connection to {self.where()} has no current "
+                "schema (empty search_path); set the sink's schema"
+            )
+        return str(row[0])
+
+    def stage(self, batch_id: int, attempt: str | None, kind: Kind) -> str:
+        """The staging table of an attempt (``attempt`` None: the batch's name prefix)."""
+        key = f"{self.pipeline}\0{self.target()[1]}\0{self.connector or ''}"
+        digest = hashlib.md5(key.encode(), usedforsecurity=False).hexdigest()[:10]
+        prefix = f"{STAGE_PREFIX}{digest}_{batch_id}_"
+        if attempt is None:
+            return prefix
+        return f"{prefix}{re.sub(r'[^a-z0-9]', '_', attempt.lower())[:24]}_{kind[0]}"
+
+    def schema(self, kind: Kind = "rows") -> pa.Schema:
+        """The Arrow schema of the table's rows (or of its dead letters)."""
+        from airflow_connectors.sinks.parquet import errors_schema
+
+        return self.table.arrow_schema() if kind == "rows" else errors_schema()
+
+    # -- DDL -----------------------------------------------------------------------------
+
+    def _exists(self, cur: Any, schema: str, name: str) -> bool:
+        cur.execute("SELECT to_regclass($1) IS NOT NULL", (f"{quoted(schema)}.{quoted(name)}",))
+        return bool(cur.fetchone()[0])
+
+    def _ensure_table(self, cur: Any, schema: str, kind: Kind) -> None:
+        """The target (or errors) table exists with every column, else SinkUnwritable."""
+        name = self.target(kind)[1]
+        want = self.schema(kind)
+        full = f"{quoted(schema)}.{quoted(name)}"
+        if not self._exists(cur, schema, name):
+            if not self.config.create_table:
+                raise SinkUnwritable(
+                    f"table {self.table.name}: {schema}.{name} does not exist at "
+                    f"{self.where()}; create it, or set the sink's create_table: true"
+                )
+            cur.execute(f"CREATE TABLE {full} ({_columns_sql(want, not_null=True)})")
+            return
+        cur.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = $1 AND table_name = $2",
+            (schema, name),
+        )
+        have = {str(r[0]) for r in cur.fetchall()}
+        missing = [f for f in want if f.name not in have]
+        if missing and not self.config.create_table:
+            raise SinkUnwritable(
+                f"table {self.table.name}: {schema}.{name} at {self.where()} lacks column(s) "
+                f"{', '.join(f.name for f in missing)}; add them, or set create_table: true "
+                "to let the sink add them"
+            )
+        for f in missing:  # columns the table spec gained since: NULL in earlier rows
+            cur.execute(f"ALTER TABLE {full} ADD COLUMN {quoted(f.name)} {pg_type(f.type)}")
+
+    def _ensure_batches(self, cur: Any, schema: str) -> None:
+        cur.execute(
+            f"CREATE TABLE IF NOT EXISTS {quoted(schema)}.{BATCHES_TABLE} ("
+            "pipeline text NOT NULL, target text NOT NULL, connector text NOT NULL, "
+            "batch_id bigint NOT NULL, attempt text NOT NULL, rows bigint, error_rows bigint, "
+            "committed_at timestamptz NOT NULL DEFAULT now(), "
+            "PRIMARY KEY (pipeline, target, connector, batch_id, attempt))"
+        )
+
+    def _lock_ddl(self, cur: Any) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext($1))", (DDL_LOCK,))
+        cur.fetchall()
+
+    # -- the staged-write protocol -------------------------------------------------------
+
+    def prepare(self, batch_id: int, attempt: str) -> None:
+        """On the driver before Spark starts: checks the server can be reached, creates
+        (or checks) the target table and ``_ac_sink_batches``, and the attempt's staging
+        tables afresh (dropping what an earlier run of it left)."""
+        for f in self.schema("rows"):
+            try:
+                pg_type(f.type)
+            except ValueError as e:
+                raise SinkUnwritable(f"table {self.table.name}: column {f.name}: {e}") from e
+        with self.transaction(f"prepare batch {batch_id}") as cur:
+            schema = self.resolve_schema(cur)
+            self._lock_ddl(cur)
+            if not self._schema_exists(cur, schema):
+                raise SinkUnwritable(
+                    f"table {self.table.name}: schema {schema} does not exist at "
+                    f"{self.where()}; create it (CREATE SCHEMA {schema}) or set the sink's schema"
+                )
+            self._ensure_batches(cur, schema)
+            self._ensure_table(cur, schema, "rows")
+            for kind in KINDS:
+                stage = f"{quoted(schema)}.{quoted(self.stage(batch_id, attempt, kind))}"
+                cur.execute(f"DROP TABLE IF EXISTS {stage}")
+                columns = _columns_sql(self.schema(kind), not_null=False)
+                cur.execute(f"CREATE TABLE {stage} ({columns}, {PART_COLUMN} integer NOT NULL)")
+            self._check_insert(cur, schema, self.stage(batch_id, attempt, "rows"))
+
+    def _check_insert(self, cur: Any, schema: str, stage: str) -> None:
+        """Prepares (never runs) publish's ``INSERT ... SELECT``: an existing table whose
+        column types cannot take the rows fails here, before Spark, not after the commit."""
+        target = f"{quoted(schema)}.{quoted(self.target()[1])}"
+        cols = ", ".join(quoted(n) for n in self.schema("rows").names)
+        try:
+            cur.execute(
+                f"PREPARE _ac_insert_check AS INSERT INTO {target} ({cols}) "
+                f"SELECT {cols} FROM {quoted(schema)}.{quoted(stage)}"
+            )
+            cur.execute("DEALLOCATE _ac_insert_check")
+        except Exception as e:
+            raise SinkUnwritable(
+                f"table {self.table.name}: {schema}.{self.target()[1]} at {self.where()} "
+                f"cannot take the table's rows ({_first_line(e)}); alter its column types "
+                "to match the table's columns, or point the sink's table elsewhere"
+            ) from e
+
+    def _schema_exists(self, cur: Any, schema: str) -> bool:
+        cur.execute("SELECT count(*) FROM pg_namespace WHERE nspname = $1", (schema,))
+        return bool(cur.fetchone()[0])
+
+    def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:
+        """A part COPYed into the attempt's staging table of ``kind``."""
+        return _PostgresPart(self, self.stage(batch_id, attempt, kind), part, self.schema(kind))
+
+    def publish(self, batch_id: int, attempt: str) -> None:
+        """One transaction: record the batch in ``_ac_sink_batches``; if it was not
+        recorded yet, move the attempt's staged rows (and dead letters) into the target
+        tables and drop the staging tables. Then drops other attempts' staging tables."""
+        with self.transaction(f"publish batch {batch_id}") as cur:
+            schema = self.resolve_schema(cur)
+            self._ensure_batches_quietly(cur, schema)
+            cur.execute(
+                f"INSERT INTO {quoted(schema)}.{BATCHES_TABLE} "
+                "(pipeline, target, connector, batch_id, attempt) VALUES ($1, $2, $3, $4, $5) "
+                "ON CONFLICT DO NOTHING RETURNING 1",
+                self._key(batch_id, attempt),
+            )
+            if cur.fetchone() is not None:
+                self._move(cur, schema, batch_id, attempt)
+            else:  # published before (a re-run after a crash): staging left only by chance
+                for kind in KINDS:
+                    stage = self.stage(batch_id, attempt, kind)
+                    cur.execute(f"DROP TABLE IF EXISTS {quoted(schema)}.{quoted(stage)}")
+        failpoints.reach("postgres_committed")
+        self._drop_stages(batch_id, keep=attempt)
+
+    def _key(self, batch_id: int, attempt: str) -> tuple[str, str, str, int, str]:
+        return (self.pipeline, self.target()[1], self.connector or "", batch_id, attempt)
+
+    def _ensure_batches_quietly(self, cur: Any, schema: str) -> None:
+        if not self._exists(cur, schema, BATCHES_TABLE):
+            self._lock_ddl(cur)
+            self._ensure_batches(cur, schema)
+
+    def _move(self, cur: Any, schema: str, batch_id: int, attempt: str) -> None:
+        """Inside publish's transaction: staged rows into the targets, counts recorded.
+        The DDL lock (to create the errors table) is taken before any target is written,
+        so a ``prepare`` adding a column (holding that lock) cannot deadlock with it."""
+        stages = {k: self.stage(batch_id, attempt, k) for k in KINDS}
+        for kind, stage in stages.items():
+            if not self._exists(cur, schema, stage):
+                raise SinkUnwritable(
+                    f"table {self.table.name}: the staged {kind} of batch {batch_id} (attempt "
+                    f"{attempt}) are missing from {schema} at {self.where()}; something "
+                    "dropped the staging table, so the batch cannot be published; reset the "
+                    "connector's offsets to ingest its input again"
+                )
+        cur.execute(f"SELECT EXISTS (SELECT FROM {quoted(schema)}.{quoted(stages['errors'])})")
+        dead_letters = bool(cur.fetchone()[0])
+        if dead_letters:  # the errors table waits for the first dead letter
+            self._lock_ddl(cur)
+            self._ensure_table(cur, schema, "errors")
+        counts: dict[Kind, int] = {"rows": 0, "errors": 0}
+        for kind, stage in stages.items():
+            staged = f"{quoted(schema)}.{quoted(stage)}"
+            if kind == "rows" or dead_letters:
+                target = f"{quoted(schema)}.{quoted(self.target(kind)[1])}"
+                cols = ", ".join(quoted(n) for n in self.schema(kind).names)
+                cur.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {staged}")
+                counts[kind] = max(int(cur.rowcount), 0)
+            cur.execute(f"DROP TABLE {staged}")
+        cur.execute(
+            f"UPDATE {quoted(schema)}.{BATCHES_TABLE} SET rows = $6, error_rows = $7 "
+            "WHERE pipeline = $1 AND target = $2 AND connector = $3 AND batch_id = $4 "
+            "AND attempt = $5",
+            (*self._key(batch_id, attempt), counts["rows"], counts["errors"]),
+        )
+
+    def _drop_stages(self, batch_id: int, keep: str | None) -> None:
+        """Drops the batch's staging tables but ``keep``'s; best effort (a table an
+        attempt still writes is left to that attempt's own discard)."""
+        keeps = {self.stage(batch_id, keep, k) for k in KINDS} if keep else set()
+        try:
+            with self.transaction(f"drop the staging tables of batch {batch_id}") as cur:
+                schema = self.resolve_schema(cur)
+                cur.execute("SET LOCAL lock_timeout = '2s'")
+                cur.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = $1 "
+                    "AND starts_with(tablename::text, $2)",
+                    (schema, self.stage(batch_id, None, "rows")),
+                )
+                for (name,) in cur.fetchall():
+                    if name not in keeps:
+                        cur.execute(f"DROP TABLE IF EXISTS {quoted(schema)}.{quoted(name)}")
+        except SinkUnwritable as e:  # leftovers only: the next publish of the batch retries
+            log.warning("%s", e)
+
+    def discard(self, batch_id: int, attempt: str | None = None) -> None:
+        """Drops the attempt's staging tables (every attempt's when ``attempt`` is None);
+        never the target's rows: published batches are in the target already."""
+        if attempt is None:
+            self._drop_stages(batch_id, keep=None)
+            return
+        with self.transaction(f"discard batch {batch_id}") as cur:
+            schema = self.resolve_schema(cur)
+            for kind in KINDS:
+                stage = self.stage(batch_id, attempt, kind)
+                cur.execute(f"DROP TABLE IF EXISTS {quoted(schema)}.{quoted(stage)}")
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read(self, kind: Kind = "rows") -> pa.Table | None:
+        """The target table (or its dead letters) as Arrow, the table's columns in their
+        Arrow types; None when the table does not exist. Raises OSError in one line."""
+        try:
+            with self.transaction(f"read {self.location(kind)}") as cur:
+                schema = self.resolve_schema(cur)
+                name = self.target(kind)[1]
+                if not self._exists(cur, schema, name):
+                    return None
+                cur.execute(f"SELECT * FROM {quoted(schema)}.{quoted(name)}")
+                data = cur.fetch_arrow_table()
+        except SinkUnwritable as e:
+            raise OSError(str(e)) from e
+        return _as_declared(data, self.schema(kind))
+
+
+def _as_declared(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data`` with declared columns cast to their Arrow types (NUMERIC arrives as text,
+    TINYINT as int16); other columns as the driver returns them."""
+    import pyarrow as pa
+
+    declared = {f.name: f.type for f in schema}
+    columns, fields = [], []
+    for field, column in zip(data.schema, data.columns, strict=True):
+        if isinstance(field.type, pa.ExtensionType) or hasattr(column.type, "storage_type"):
+            column = pa.chunked_array(
+                [c.storage for c in column.chunks], type=column.type.storage_type
+            )
+        want = declared.get(field.name)
+        if want is not None and column.type != want:
+            with contextlib.suppress(pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                column = column.cast(want)
+        columns.append(column)
+        fields.append(pa.field(field.name, column.type))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
