@@ -57,6 +57,21 @@ LABEL_RULE = (
 )
 
 
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> datetime.timedelta:
+    """``"2h"``, ``"30m"``, ``"90s"``, ``"1d"`` or ``"45"`` (seconds) as a timedelta."""
+    m = _DURATION.fullmatch(text)
+    if m is None:
+        raise ValueError(
+            f"{text!r} is not a duration; expected a number with a unit s, m, h or d "
+            "such as '2h' or '30m'"
+        )
+    return datetime.timedelta(seconds=float(m.group(1)) * _UNIT_SECONDS[m.group(2) or "s"])
+
+
 def _labels(value: Any) -> Any:
     # Feldera's docs write both "labels": "price.backfill" and "labels": ["a", "b"].
     if isinstance(value, str):
@@ -137,6 +152,10 @@ class TriggerSpec(StrictConfig):
     on: Literal["new_data"] | None = None
     poll_interval: float | None = Field(default=None, gt=0)
     start_date: datetime.date | None = None
+    #: A date-sliced (scheduled) connector whose runs are Airflow partitions: its
+    #: finished event is a partitioned asset event carrying the slice's key, and
+    #: ``airflow backfill create`` makes one run per partition (needs ``schedule``).
+    partitioned: bool = False
 
     @field_validator("schedule")
     @classmethod
@@ -206,7 +225,19 @@ class ConnectorSpec(StrictConfig):
         "into tasks. Default 4 MiB.",
     )
 
+    #: An Airflow deadline alert fires when no batch of this connector has committed
+    #: within this time (``"2h"``, ``"30m"``, ``"90s"``, ``"1d"`` or seconds).
+    freshness: datetime.timedelta | None = None
+
     _split_labels = field_validator("labels", "start_after", mode="before")(_labels)
+
+    @field_validator("freshness", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        # ISO 8601 ("PT2H", how the model dumps it to JSON) is pydantic's own format.
+        if isinstance(value, str) and not value.lstrip().upper().startswith("P"):
+            return parse_duration(value)
+        return value
 
 
 class ColumnSpec(StrictConfig):
@@ -227,13 +258,40 @@ class SinkSpec(StrictConfig):
     config: dict[str, Any] = Field(default_factory=dict)
 
 
+#: How a table's schema follows its data (Auto Loader's ``schemaEvolutionMode``).
+SchemaEvolution = Literal["add_new_columns", "rescue", "fail_on_new_columns", "none"]
+#: The column that holds, as JSON, what ``schema_evolution: rescue`` could not place.
+RESCUED_DATA = "_rescued_data"
+
+
 class TableSpec(StrictConfig):
-    """A table: its columns, the sink its rows go to and the connectors that fill it."""
+    """A table: its columns, the sink its rows go to and the connectors that fill it.
+
+    ``columns`` may be omitted: the first discovery infers them from a sample of the
+    data (``schema_hints`` pin the types of named columns) and stores them as schema
+    version 1. ``schema_evolution`` says what a batch does with fields the table lacks.
+    """
 
     name: str
-    columns: tuple[ColumnSpec, ...]
+    columns: tuple[ColumnSpec, ...] = ()
     sink: SinkSpec = SinkSpec()
     connectors: tuple[ConnectorSpec, ...] = ()
+    #: ``column -> SQL type`` pinned when the schema is inferred (``{"id": "BIGINT"}``).
+    schema_hints: dict[str, str] = Field(default_factory=dict)
+    #: None: ``add_new_columns`` for an inferred schema, ``none`` for declared columns.
+    schema_evolution: SchemaEvolution | None = None
+
+    @property
+    def infers_schema(self) -> bool:
+        """Whether the columns are inferred from the data (none were declared)."""
+        return not self.columns
+
+    @property
+    def evolution(self) -> str:
+        """The effective ``schema_evolution`` mode (see the field)."""
+        if self.schema_evolution is not None:
+            return self.schema_evolution
+        return "add_new_columns" if self.infers_schema else "none"
 
     def connector(self, name: str) -> ConnectorSpec:
         """The connector called ``name``; raises ``KeyError`` naming the table's connectors."""
