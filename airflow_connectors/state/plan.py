@@ -35,6 +35,10 @@ class BatchPlan:
     items: tuple[WorkItem, ...] = ()
     batch_id: int = 0
     attempt: str = ""
+    #: The stored schema version (``ac_schemas``, :mod:`.schemas`) whose columns
+    #: ``table`` holds, for a table whose columns are inferred; None for declared
+    #: columns (and for plans made before schema versions existed).
+    schema_version: int | None = None
 
     @property
     def ref(self) -> ConnectorRef:
@@ -51,6 +55,7 @@ class BatchPlan:
             "items": [i.to_json() for i in self.items],
             "batch_id": self.batch_id,
             "attempt": self.attempt,
+            "schema_version": self.schema_version,
         }
 
     @classmethod
@@ -74,6 +79,7 @@ class BatchPlan:
             ),
             batch_id=int(doc.get("batch_id") or 0) if batch_id is None else batch_id,
             attempt=str(doc.get("attempt") or "") if attempt is None else attempt,
+            schema_version=_optional_int(doc.get("schema_version")),
         )
 
     def stored(self) -> dict[str, Any]:
@@ -82,6 +88,10 @@ class BatchPlan:
         doc = self.to_json()
         del doc["batch_id"], doc["attempt"]
         return doc
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def stored_keys(doc: Mapping[str, Any]) -> frozenset[str]:

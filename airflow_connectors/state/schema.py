@@ -146,6 +146,22 @@ errors = sa.Table(
 )
 
 
+#: Since v8: the schema versions of a table whose columns are inferred (and evolve):
+#: version 1 is what the first discovery inferred, each later version what a batch
+#: added. ``columns`` is JSON ``[{"name", "type" (SQL type text), "nullable"}]``;
+#: ``origin`` says what the version came from. See :mod:`.schemas`.
+schemas = sa.Table(
+    "ac_schemas",
+    metadata,
+    sa.Column("pipeline", sa.String(200), primary_key=True),
+    sa.Column("table_name", sa.String(200), primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("columns", sa.JSON, nullable=False),
+    sa.Column("origin", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+
 def _v1(conn: Connection) -> None:
     # Version 1 had every table, but ac_batches without `published`.
     tables = [schema_version, pipelines, offsets, errors]  # as they were in version 1
@@ -208,7 +224,12 @@ def _v7(conn: Connection) -> None:
     conn.execute(sa.text("ALTER TABLE ac_batches ADD COLUMN executors JSON"))
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+def _v8(conn: Connection) -> None:
+    # Schema inference and evolution: the schema versions of each table.
+    schemas.create(conn)
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
 LATEST = len(MIGRATIONS)
 
 

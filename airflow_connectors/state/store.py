@@ -7,8 +7,9 @@ connector is stopped).
 :class:`StateStore` is the one class users construct; its parts live by concern:
 :mod:`.records` (typed records, the state enums), :mod:`.plan` (the batch plan),
 :mod:`.database` (engine, URL errors), :mod:`.connectors` (rows, flags, errors,
-status), :mod:`.batches` (the batch protocol), :mod:`.offsets` (editing offsets) and
-:mod:`.signals` (leases and signals to Airflow). The names this module exported before
+status), :mod:`.batches` (the batch protocol), :mod:`.offsets` (editing offsets),
+:mod:`.signals` (leases and signals to Airflow) and :mod:`.schemas` (the schema
+versions of tables whose columns are inferred). The names this module exported before
 the split are re-exported here.
 """
 
@@ -30,6 +31,12 @@ from airflow_connectors.state.records import (
     ErrorRecord,
     ItemReceipt,
 )
+from airflow_connectors.state.schemas import (
+    SchemaColumn,
+    SchemaConflict,
+    Schemas,
+    SchemaVersion,
+)
 from airflow_connectors.state.signals import Signals
 from airflow_connectors.transports.base import Cursor, KeyOffset
 
@@ -47,13 +54,16 @@ __all__ = [
     "ErrorRecord",
     "ItemReceipt",
     "KeyOffset",
+    "SchemaColumn",
+    "SchemaConflict",
+    "SchemaVersion",
     "StateStore",
     "StateStoreUnavailable",
     "create_engine",
 ]
 
 
-class StateStore(Batches, Offsets, Signals):
+class StateStore(Batches, Offsets, Signals, Schemas):
     """SQLAlchemy-backed store; SQLite (embedded) or PostgreSQL by URL.
 
     ``StateStore(url)`` migrates the schema on open (``migrate=False`` skips that) and

@@ -84,6 +84,8 @@ def test_a_plan_reads_back_as_written(store_url: str) -> None:
     assert batch.plan.ref == REF and (batch.planned_items, batch.planned_records) == (2, 8)
     running = replace(batch.plan, attempt="1-x")  # what a Spark task receives
     assert BatchPlan.from_json(json.loads(json.dumps(running.to_json()))) == running
+    inferred = replace(running, schema_version=3)  # a table whose columns are inferred
+    assert BatchPlan.from_json(json.loads(json.dumps(inferred.stored()))).schema_version == 3
     with pytest.raises(ValueError, match=r"a batch plan of connector p\.t\.c given for p\.t\.d"):
         store.plan_batches(ConnectorRef("p", "t", "d"), [plan("x")])
     store.close()
@@ -149,7 +151,7 @@ def test_schema_migrates_forward_from_v1(store_url: str) -> None:
     engine.dispose()
     store = StateStore(store_url)  # opening migrates
     with store.tx() as conn:
-        assert schema._current_version(conn) == schema.LATEST == 7
+        assert schema._current_version(conn) == schema.LATEST == 8
         columns = {c["name"] for c in sa.inspect(conn).get_columns("ac_connectors")}
         assert {
             "new_data_signal",
