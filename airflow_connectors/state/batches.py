@@ -439,6 +439,7 @@ def _batch(r: Any) -> Batch:
         attempt=r.attempt,
         published=bool(r.published),
         records=r.records,
+        bytes=r.bytes,
         committed_at=r.committed_at,
         created_at=r.created_at,
         executors=r.executors,

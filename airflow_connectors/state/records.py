@@ -115,6 +115,8 @@ class Batch:
     attempt: str | None  # the committed attempt
     published: bool
     records: int | None = None
+    #: Bytes of source data the committed batch read (None while planned).
+    bytes: int | None = None
     committed_at: float | None = None
     created_at: float = 0.0
     #: Which Spark executors ran the committed batch (column ``ac_batches.executors``,
