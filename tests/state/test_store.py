@@ -72,7 +72,9 @@ def test_plan_commit_offsets_metrics_in_one_step(store_url: str) -> None:
     assert not store.commit_batch(b1, "2-y", [receipt("a", 100)], [])
     st = store.status(REF)
     assert st is not None and st.total_records == 8
-    assert store.load_batch(b1).attempt == "1-x"
+    committed = store.load_batch(b1)
+    assert committed.attempt == "1-x"
+    assert (committed.records, committed.bytes) == (8, 20)  # what lineage events report
     store.close()
 
 
