@@ -5,9 +5,21 @@ Importing this package is cheap: it imports neither pyspark nor Airflow.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_connectors.spec.builder import Pipeline as Pipeline
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that importing the package (a DAG file does) stays cheap.
+    if name == "Pipeline":
+        from airflow_connectors.spec.builder import Pipeline
+
+        return Pipeline
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get_provider_info() -> dict[str, Any]:

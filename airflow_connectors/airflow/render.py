@@ -23,8 +23,9 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import (
     DAG,
@@ -41,6 +42,12 @@ from airflow_connectors.catalog import load_pipeline
 from airflow_connectors.spec import PipelineSpec
 from airflow_connectors.spec.models import CRON_PRESETS, ConnectorSpec, TableSpec
 from airflow_connectors.spec.redact import mask_config
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator
+    from airflow.sdk.definitions.mappedoperator import MappedOperator
+
+    from airflow_connectors.spec.builder import Pipeline, TableBuilder
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +75,112 @@ def caller_dir() -> Path:
     return Path.cwd()
 
 
+def pipeline_spec(
+    spec: PipelineSpec | str | Path | Pipeline | TableBuilder, *, pipeline: str | None = None
+) -> PipelineSpec:
+    """The parsed pipeline of ``spec``: a spec file's path (a relative one is taken from
+    the folder of the calling DAG file) or a built pipeline (validated against the
+    installed plugins, its relative paths taken from its ``base_dir``, else from that
+    folder) or a parsed one as is."""
+    from airflow_connectors.catalog import PLUGINS
+    from airflow_connectors.spec.builder import Pipeline, TableBuilder
+
+    if isinstance(spec, PipelineSpec):
+        return spec
+    if isinstance(spec, Pipeline | TableBuilder):
+        built = spec.pipeline
+        return built.build(PLUGINS, base_dir=built.base_dir or caller_dir())
+    if isinstance(spec, str | Path):
+        path = Path(spec)
+        return load_pipeline(path if path.is_absolute() else caller_dir() / path, pipeline=pipeline)
+    raise TypeError(
+        f"spec must be a PipelineSpec, the path of a spec file or a Pipeline built with "
+        f"airflow_connectors.Pipeline, got {type(spec).__name__}"
+    )
+
+
+@dataclass(frozen=True)
+class ConnectorTasks:
+    """The tasks of one connector (see :func:`connector_tasks`)."""
+
+    gate: BaseOperator
+    discover: BaseOperator
+    #: Mapped over the batch ids ``discover`` returns (one task instance per batch).
+    ingest: MappedOperator
+    finalize: BaseOperator
+    finished: BaseOperator
+
+
+def connector_tasks(
+    spec: PipelineSpec,
+    table: TableSpec,
+    connector: ConnectorSpec,
+    *,
+    conn_id: str = DEFAULT_CONN_ID,
+    spark_conf: Mapping[str, str] | None = None,
+    retries: int = 0,
+) -> ConnectorTasks:
+    """``gate >> discover >> ingest[batch...] >> finalize >> finished`` of one connector,
+    created in the DAG or task group being defined (``with DAG(...)``/``with
+    TaskGroup(...)``): a connector DAG's tasks and a :class:`.ConnectorTaskGroup`'s.
+    ``retries``: the tasks' retries (discover takes at least 3)."""
+    from airflow_connectors.airflow.operators.connector import (
+        ConnectorDiscoverOperator,
+        ConnectorFinalizeOperator,
+        ConnectorFinishedOperator,
+        ConnectorGateOperator,
+        ConnectorIngestOperator,
+    )
+    from airflow_connectors.spec.graph import label_carriers
+
+    p = spec.name
+    endpoint = f"{table.name}.{connector.name}"
+    common: dict[str, Any] = {
+        "pipeline": p,
+        "table": table.model_dump(mode="json", exclude={"connectors"}),
+        "connector": connector.model_dump(mode="json"),
+    }
+    gate = ConnectorGateOperator(
+        task_id="gate",
+        pipeline=p,
+        endpoint=endpoint,
+        start_after=connector.start_after or (),
+        waits_for=label_carriers(spec, connector.start_after or ()),
+    )
+    discover = ConnectorDiscoverOperator(
+        task_id="discover",
+        retries=max(retries, 3),
+        retry_delay=dt.timedelta(seconds=20),
+        **common,
+    )
+    ingest = ConnectorIngestOperator.partial(
+        task_id="ingest",
+        pipeline=p,
+        endpoint=endpoint,
+        conn_id=conn_id,
+        conf=dict(spark_conf or {}),
+        map_index_template="batch {{ task.batch_id }}",
+        max_active_tis_per_dagrun=connector.tasks_max,
+    ).expand(batch_id=discover.output)
+    finalize = ConnectorFinalizeOperator(
+        task_id="finalize", trigger_rule="none_failed_min_one_success", **common
+    )
+    finished = ConnectorFinishedOperator(
+        task_id="finished",
+        pipeline=p,
+        endpoint=endpoint,
+        asset=connector_asset(p, table.name, connector.name),
+    )
+    gate >> discover >> ingest >> finalize >> finished
+    discover >> finalize  # finalize runs when discover found nothing (no ingest)
+    return ConnectorTasks(gate, discover, ingest, finalize, finished)
+
+
 class ConnectorPipeline:
     """A pipeline spec rendered as connector DAGs.
 
-    :param spec: the parsed pipeline.
+    :param spec: the parsed pipeline, or one built with ``airflow_connectors.Pipeline``
+        (see :func:`pipeline_spec`).
     :param conn_id: Spark connection of the ingest tasks (default ``connectors_spark``;
         when it does not exist, ``[connectors] spark_master``, i.e. ``local[*]``).
     :param spark_conf: extra ``--conf`` of every spark-submit.
@@ -82,7 +191,7 @@ class ConnectorPipeline:
 
     def __init__(
         self,
-        spec: PipelineSpec,
+        spec: PipelineSpec | Pipeline | TableBuilder,
         *,
         conn_id: str = DEFAULT_CONN_ID,
         spark_conf: Mapping[str, str] | None = None,
@@ -90,7 +199,7 @@ class ConnectorPipeline:
         start_date: dt.datetime | None = None,
         dag_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        self.spec = spec
+        self.spec = pipeline_spec(spec)
         self.conn_id = conn_id
         self.spark_conf = dict(spark_conf or {})
         self.default_args = dict(default_args or {})
@@ -128,19 +237,8 @@ class ConnectorPipeline:
     # --- one connector --------------------------------------------------------------
 
     def _render(self, table: TableSpec, connector: ConnectorSpec) -> DAG:
-        from airflow_connectors.airflow.operators.connector import (
-            ConnectorDiscoverOperator,
-            ConnectorFinalizeOperator,
-            ConnectorFinishedOperator,
-            ConnectorGateOperator,
-            ConnectorIngestOperator,
-        )
-
         p = self.spec.name
         endpoint = f"{table.name}.{connector.name}"
-        asset = connector_asset(p, table.name, connector.name)
-        table_doc = table.model_dump(mode="json", exclude={"connectors"})
-        connector_doc = connector.model_dump(mode="json")
         waits_for = self._carriers(connector)
         trigger = connector.trigger
         start = (
@@ -162,38 +260,15 @@ class ConnectorPipeline:
             "default_args": self.default_args,
             **self.dag_kwargs,
         }
-        common: dict[str, Any] = {"pipeline": p, "table": table_doc, "connector": connector_doc}
         with DAG(**dag_args) as dag:
-            gate = ConnectorGateOperator(
-                task_id="gate",
-                pipeline=p,
-                endpoint=endpoint,
-                start_after=connector.start_after or (),
-                waits_for=[f"{t}.{c}" for t, c in waits_for],
-            )
-            discover = ConnectorDiscoverOperator(
-                task_id="discover",
-                retries=max(self.default_args.get("retries", 0), 3),
-                retry_delay=dt.timedelta(seconds=20),
-                **common,
-            )
-            ingest = ConnectorIngestOperator.partial(
-                task_id="ingest",
-                pipeline=p,
-                endpoint=endpoint,
+            connector_tasks(
+                self.spec,
+                table,
+                connector,
                 conn_id=self.conn_id,
-                conf=self.spark_conf,
-                map_index_template="batch {{ task.batch_id }}",
-                max_active_tis_per_dagrun=connector.tasks_max,
-            ).expand(batch_id=discover.output)
-            finalize = ConnectorFinalizeOperator(
-                task_id="finalize", trigger_rule="none_failed_min_one_success", **common
+                spark_conf=self.spark_conf,
+                retries=self.default_args.get("retries", 0),
             )
-            finished = ConnectorFinishedOperator(
-                task_id="finished", pipeline=p, endpoint=endpoint, asset=asset
-            )
-            gate >> discover >> ingest >> finalize >> finished
-            discover >> finalize  # finalize runs when discover found nothing (no ingest)
         return dag
 
     def _carriers(self, connector: ConnectorSpec) -> list[tuple[str, str]]:
