@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -190,9 +190,12 @@ class Batches(Connectors):
         attempt: str,
         receipts: Sequence[ItemReceipt],
         errors: Sequence[ErrorRecord],
+        on_commit: Callable[[sa.Connection], object] | None = None,
     ) -> bool:
         """Offsets, metrics, errors and the batch state in one transaction. Returns
-        False (and changes nothing) when the batch is already committed."""
+        False (and changes nothing) when the batch is already committed. ``on_commit``
+        runs last inside that transaction (a batch's new schema version commits with
+        it); what it raises rolls the whole commit back and is raised."""
         now = time.time()
         with self.tx() as conn:
             row = conn.execute(
@@ -252,6 +255,8 @@ class Batches(Connectors):
                 )
             )
             self._add_errors(conn, ref, errors, batch_id, now)
+            if on_commit is not None:
+                on_commit(conn)
         return True
 
     def mark_published(self, batch_id: int) -> None:
