@@ -25,6 +25,9 @@ class BatchContext:
     items: list[WorkItem] = field(default_factory=list)
     batch_id: int = 0
     attempt: str = ""
+    #: The stored schema version ``table`` has the columns of (see ``engine/schema.py``);
+    #: None while the table has no stored version (declared columns not yet evolved).
+    schema_version: int | None = None
 
     @property
     def ref(self) -> ConnectorRef:
@@ -57,6 +60,7 @@ class BatchContext:
             items=tuple(self.items),
             batch_id=self.batch_id,
             attempt=self.attempt,
+            schema_version=self.schema_version,
         )
 
     @classmethod
@@ -70,6 +74,7 @@ class BatchContext:
             items=list(plan.items),
             batch_id=plan.batch_id,
             attempt=plan.attempt,
+            schema_version=plan.schema_version,
         )
 
 

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from itertools import islice
 
+from airflow_connectors.engine import schema
 from airflow_connectors.engine.batch import publish_committed
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.spec.models import (
@@ -93,7 +94,12 @@ def discover(
     ``own_slice_only``: the config is a rendered template (an Airflow run's date slice);
     pending batches planned from other renderings belong to their own runs and are
     neither returned nor counted against ``tasks_max``.
+
+    A table without declared columns is planned with its latest stored schema version;
+    the first discovery infers and stores version 1 (``engine/schema.py``), and plans
+    nothing while there is no data to infer it from.
     """
+    ctx = dataclasses.replace(ctx)  # given the effective schema below
     ref = ctx.ref
     owner = owner or _owner_id()
     if not store.acquire_lease(ref, owner):
@@ -107,10 +113,11 @@ def discover(
         ]
         tasks_max = ctx.connector.tasks_max
         ids = pending[:tasks_max]
+        typed = _with_schema(store, ctx)
         transport = ctx.transport()
         cursor = _sliced(store.cursor(ref)) if own_slice_only else store.cursor(ref)
         new_items: list[WorkItem] = []
-        if len(ids) < tasks_max:
+        if len(ids) < tasks_max and typed:
             slots = tasks_max - len(ids)
             per_batch = ctx.connector.max_batch_size or DEFAULT_BATCH_RECORDS
             limits = Limits(
@@ -129,10 +136,7 @@ def discover(
                 log.warning("%s: %s", ref, message)
                 store.record_transport_error(ref, message, source_key=key)
             groups = split(new_items, slots, ctx.connector.max_batch_size)
-            plans = [
-                BatchContext(ctx.pipeline, ctx.table, ctx.connector, ctx.warehouse, items).to_plan()
-                for items in groups
-            ]
+            plans = [dataclasses.replace(ctx, items=items).to_plan() for items in groups]
             # Planned with the listing's outcome, in one transaction, also when nothing
             # was planned (state/watermark.py).
             planned = store.plan_batches(
@@ -158,6 +162,17 @@ def discover(
         return Discovery(ids, len(new_items), eoi)
     finally:
         store.release_lease(ref, owner)
+
+
+def _with_schema(store: StateStore, ctx: BatchContext) -> bool:
+    """Give ``ctx`` its table's effective schema (:func:`.schema.prepare`); False when
+    the table's schema is still to be inferred and there is nothing to infer it from.
+    A sample that cannot be typed fails the connector with the inference's message."""
+    try:
+        return schema.prepare(store, ctx)
+    except schema.SchemaInferenceError as e:
+        store.record_failure(ctx.ref, str(e))
+        raise
 
 
 def _relisted_at(

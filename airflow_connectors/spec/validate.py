@@ -33,6 +33,7 @@ from airflow_connectors.spec.models import (
     ColumnSpec,
     ConnectorSpec,
     PipelineSpec,
+    SchemaEvolution,
     SinkSpec,
     TableSpec,
     is_valid_column_name,
@@ -44,7 +45,11 @@ from airflow_connectors.spec.plugins import Plugins
 M = TypeVar("M", bound=BaseModel)
 
 PIPELINE_KEYS = ("pipeline", "tables", "sql")
-TABLE_KEYS = ("columns", "sink", "connectors", "sql")
+TABLE_KEYS = ("columns", "sink", "connectors", "sql", "schema_hints", "schema_evolution")
+#: Formats whose data names and types its columns: a table with connectors reading only
+#: these may omit ``columns`` (inferred on first discovery, ``engine/schema.py``).
+INFERRING_FORMATS = ("json", "csv", "parquet", "avro")
+SCHEMA_EVOLUTION_MODES = ("add_new_columns", "rescue", "fail_on_new_columns", "none")
 #: The Parquet sink keeps table ``t``'s dead letters in the folder ``t__errors``.
 ERRORS_SUFFIX = "__errors"
 
@@ -270,17 +275,113 @@ class _Validator:
                     f"CREATE TABLE names {parsed[0]['name']!r} but the table key is {name!r}",
                 )
             doc = {**parsed[0], "sink": doc.get("sink")}
-        columns, columns_ok = self.columns(
-            [*path, "columns"], doc.get("columns"), from_sql=bool(doc.get("_sql"))
+        infers = "columns" not in doc and not doc.get("_sql")
+        columns: tuple[ColumnSpec, ...] = ()
+        if infers:  # inferred from the data on first discovery
+            columns_ok = self.inferable(path, doc.get("connectors"))
+        else:
+            columns, columns_ok = self.columns(
+                [*path, "columns"], doc.get("columns"), from_sql=bool(doc.get("_sql"))
+            )
+        hints = self.schema_hints([*path, "schema_hints"], doc.get("schema_hints"), infers=infers)
+        evolution, evolution_ok = self.schema_evolution(
+            [*path, "schema_evolution"], doc.get("schema_evolution")
         )
         sink = self.sink([*path, "sink"], doc.get("sink"))
         # Connectors are checked even when columns or sink are wrong: every problem at once.
         connectors = self.connectors(
             path, name, columns, doc.get("connectors", []), columns_ok=columns_ok
         )
-        if connectors is None or not columns_ok or sink is None:
+        if connectors is None or not columns_ok or sink is None or hints is None:
             return None
-        return TableSpec(name=name, columns=columns, sink=sink, connectors=connectors)
+        if not evolution_ok:
+            return None
+        return TableSpec(
+            name=name,
+            columns=columns,
+            sink=sink,
+            connectors=connectors,
+            schema_hints=hints,
+            schema_evolution=evolution,
+        )
+
+    def inferable(self, path: list[str | int], doc: Any) -> bool:
+        """Whether every connector of a table without ``columns`` reads a format whose
+        data names its columns (csv only with ``headers: true``); reports those that do
+        not."""
+        ok = True
+        for i, cdoc in enumerate(doc if isinstance(doc, list) else []):
+            if not isinstance(cdoc, Mapping):
+                continue  # reported with the connectors
+            fmt = cdoc.get("format")
+            fname = fmt.get("name") if isinstance(fmt, Mapping) else None
+            fconfig = fmt.get("config") if isinstance(fmt, Mapping) else None
+            cpath: list[str | int] = [*path, "connectors", i, "format"]
+            if fname not in INFERRING_FORMATS:
+                what = f"format {fname!r}" if fname else "a connector without a format"
+                self.error(
+                    cpath,
+                    f"the table has no columns, and {what} cannot infer them (inference reads "
+                    f"formats {', '.join(INFERRING_FORMATS)}); declare the table's columns",
+                )
+                ok = False
+            elif fname == "csv" and not (isinstance(fconfig, Mapping) and fconfig.get("headers")):
+                self.error(
+                    [*cpath, "config", "headers"],
+                    "the table has no columns, and CSV without a header has no column names "
+                    "to infer them from; set headers: true or declare the table's columns",
+                )
+                ok = False
+        return ok
+
+    def schema_hints(
+        self, path: list[str | int], doc: Any, *, infers: bool
+    ) -> dict[str, str] | None:
+        """``column -> SQL type`` hints, each type checked; None when any is wrong."""
+        from airflow_connectors.spec.types import parse_type
+
+        if doc is None:
+            return {}
+        if not isinstance(doc, Mapping):
+            self.error(
+                path,
+                f"expected a mapping of column name -> SQL type such as {{id: BIGINT}}, got "
+                f"{describe(doc)}",
+            )
+            return None
+        if doc and not infers:
+            self.error(
+                path,
+                "schema_hints pin the types of inferred columns, and this table declares its "
+                "columns; set the types in 'columns' or omit 'columns' to infer them",
+            )
+            return None
+        out: dict[str, str] = {}
+        for cname, ctype in doc.items():
+            if not is_valid_column_name(str(cname)):
+                self.error([*path, str(cname)], f"schema hint for column {cname!r}: bad name")
+                return None
+            try:
+                parse_type(str(ctype))
+            except ValueError as e:
+                self.error([*path, str(cname)], f"schema hint for column {cname!r}: {e}")
+                return None
+            out[str(cname)] = str(ctype)
+        return out
+
+    def schema_evolution(
+        self, path: list[str | int], doc: Any
+    ) -> tuple[SchemaEvolution | None, bool]:
+        """The table's ``schema_evolution`` mode (None: the default) and whether it is
+        valid."""
+        if doc is None or doc in SCHEMA_EVOLUTION_MODES:
+            return doc, True
+        self.error(
+            path,
+            f"schema_evolution must be one of {', '.join(SCHEMA_EVOLUTION_MODES)}, got "
+            f"{describe(doc)}",
+        )
+        return None, False
 
     def columns(
         self, path: list[str | int], doc: Any, *, from_sql: bool

@@ -20,7 +20,7 @@ from airflow_connectors.state.store import (
 TABLE = pipeline(
     {
         "t": {
-            "columns": {"id": "BIGINT NOT NULL", "price": "DECIMAL(10,2)", "name": "VARCHAR"},
+            "columns": {"id": "BIGINT NOT NULL", "price": "DECIMAL(10, 2)", "name": "VARCHAR"},
             "connectors": [{"name": "c", "transport": {"name": "datagen", "config": {}}}],
         }
     }
@@ -40,7 +40,7 @@ def test_versions_round_trip_in_order(store_url: str) -> None:
     assert [v.version for v in versions] == [1, 2]
     assert versions[0].columns == (
         SchemaColumn("id", "BIGINT", False),
-        SchemaColumn("price", "DECIMAL(10,2)", True),
+        SchemaColumn("price", "DECIMAL(10, 2)", True),
         SchemaColumn("name", "VARCHAR", True),
     )
     assert versions[0].origin == "inferred from a"
