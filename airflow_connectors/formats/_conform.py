@@ -312,3 +312,210 @@ def _check(arr: pa.ChunkedArray, col: ColumnSpec) -> None:
         bad = pc.fill_null(pc.greater_equal(pc.abs(wide), pc.cast(limit, wide.type)), False)
     if bad is not None and pc.any(bad).as_py():
         raise RowError(mismatch(col, _first(arr.filter(bad))))
+
+
+# --- schema evolution -------------------------------------------------------------------
+
+
+class NewFields(ValueError):
+    """Fields the table lacks, under ``schema_evolution: fail_on_new_columns``: the
+    batch fails naming the object and the fields (no record is at fault, so it is never
+    a dead letter)."""
+
+    def __init__(self, fields: list[str]) -> None:
+        self.fields = fields
+        names = ", ".join(repr(f) for f in fields)
+        super().__init__(f"new field(s) {names} that the table lacks")
+
+
+class Evolution:
+    """What a format does with fields the table lacks and values that do not fit their
+    column, by the table's ``schema_evolution`` mode:
+
+    - ``none``: unknown fields are ignored; a value that does not fit is a parse error.
+    - ``fail_on_new_columns``: an unknown field raises :class:`NewFields`.
+    - ``rescue``: unknown fields and values that do not fit go, as one JSON object per
+      row, into the ``_rescued_data`` column (the value's column is NULL); the row lands.
+    - ``add_new_columns``: unknown fields are recorded in :attr:`seen` (name -> the Arrow
+      type pyarrow read them as); the engine widens the table and reads the batch again.
+    """
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        #: New fields met so far (``add_new_columns``), in the order first met, each
+        #: with the Arrow types its values were read as.
+        self.seen: dict[str, list[pa.DataType]] = {}
+
+    @property
+    def detects(self) -> bool:
+        """Whether fields the table lacks must be read (to fail, rescue or add them)."""
+        return self.mode != "none"
+
+    @property
+    def rescues(self) -> bool:
+        """Whether values that do not fit go to ``_rescued_data`` instead of failing."""
+        return self.mode == "rescue"
+
+    def take(self) -> dict[str, list[pa.DataType]]:
+        """The new fields met since the last call, each with the types it held."""
+        seen, self.seen = self.seen, {}
+        return seen
+
+    def note(self, data: pa.Table, extras: list[str]) -> None:
+        """Records the types of new fields (``add_new_columns``); a field of JSON nulls
+        only (no type) waits for a value."""
+
+        for name in extras:
+            col = data.column(name)
+            if _untyped(col):
+                continue
+            types = self.seen.setdefault(name, [])
+            t = _plain_values(col).type
+            if t not in types:
+                types.append(t)
+
+
+def _untyped(col: pa.ChunkedArray) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_null(col.type))
+
+
+def merge_types(types: list[pa.DataType]) -> pa.DataType | None:
+    """The one type a new column takes for values of ``types``: integers and floats
+    mixed are floats (DOUBLE), integers of several widths the widest; None when the
+    kinds conflict (text and numbers, say)."""
+    import pyarrow as pa
+
+    if all(pa.types.is_integer(t) for t in types):
+        return max(types, key=lambda t: t.bit_width)
+    if all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in types):
+        return pa.float64()
+    if all(t == types[0] for t in types):
+        return types[0]
+    return None
+
+
+def _rescue_value(value: object) -> object:
+    """A value as ``_rescued_data`` holds it (JSON; dates and decimals as text)."""
+    import datetime as dt
+    from decimal import Decimal
+
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="backslashreplace")
+    if isinstance(value, dict):
+        return {k: _rescue_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rescue_value(v) for v in value]
+    return value
+
+
+def rescued_text(fields: dict[str, object]) -> str | None:
+    """``fields`` as the JSON text of a ``_rescued_data`` value (None when empty)."""
+    import json
+
+    if not fields:
+        return None
+    return json.dumps({k: _rescue_value(v) for k, v in fields.items()}, sort_keys=True)
+
+
+def conform_evolving(
+    data: pa.Table,
+    table: TableSpec,
+    schema: pa.Schema,
+    evolution: Evolution,
+    rescued: list[dict[str, object]] | None = None,
+) -> pa.Table:
+    """:func:`conform` under the table's ``schema_evolution`` (see :class:`Evolution`).
+    ``rescued``: per row, what the format already rescued (values its reader could not
+    read into their column), merged into ``_rescued_data``."""
+    from airflow_connectors.spec.models import RESCUED_DATA
+
+    if not evolution.detects:
+        return conform(data, table, schema)
+    known = {c.name for c in table.columns if c.name != RESCUED_DATA}
+    extras = [n for n in data.column_names if n not in known and not n.startswith("__")]
+    if evolution.mode == "fail_on_new_columns":
+        # A field whose values are all null and of no type (JSON nulls) is no field yet.
+        present = [n for n in extras if not _untyped(data.column(n))]
+        if present:
+            raise NewFields(present)
+        return conform(data, table, schema)
+    if evolution.mode == "add_new_columns":
+        evolution.note(data, extras)
+        return conform(data, table, schema)
+    if RESCUED_DATA not in schema.names:  # the engine adds it (engine/evolution.py)
+        raise ValueError(
+            f"table {table.name}: schema_evolution rescue needs a {RESCUED_DATA} column"
+        )
+    return _conform_rescuing(data, table, schema, extras, rescued)
+
+
+def _conform_rescuing(
+    data: pa.Table,
+    table: TableSpec,
+    schema: pa.Schema,
+    extras: list[str],
+    rescued: list[dict[str, object]] | None,
+) -> pa.Table:
+    import pyarrow as pa
+
+    from airflow_connectors.spec.models import RESCUED_DATA
+
+    n = data.num_rows
+    rows: list[dict[str, object]] = (
+        [dict(r) for r in rescued] if rescued else [{} for _ in range(n)]
+    )
+    for name in extras:
+        for i, v in enumerate(data.column(name).to_pylist()):
+            if v is not None:
+                rows[i][name] = v
+    arrays: list[pa.ChunkedArray | None] = []
+    names = set(data.column_names)
+    for col, fld in zip(table.columns, schema, strict=True):
+        if col.name == RESCUED_DATA:
+            arrays.append(None)  # filled below, once every column had its say
+            continue
+        if col.name in names:
+            arr = _coerce_rescuing(data.column(col.name), col, fld.type, rows)
+        else:
+            arr = pa.chunked_array([pa.nulls(n, fld.type)])
+        if not col.nullable and arr.null_count:
+            raise RowError(f"column {col.name!r} is NOT NULL but the record has no value for it")
+        arrays.append(arr)
+    text = pa.chunked_array([pa.array([rescued_text(r) for r in rows], pa.string())])
+    out = [text if a is None else a for a in arrays]
+    return pa.Table.from_arrays(out, schema=schema)
+
+
+def _coerce_rescuing(
+    arr: pa.ChunkedArray, col: ColumnSpec, to: pa.DataType, rows: list[dict[str, object]]
+) -> pa.ChunkedArray:
+    """``arr`` as values of ``col``; values that do not fit are NULL and go to ``rows``
+    (checked one by one only where the whole column does not fit)."""
+    import pyarrow as pa
+
+    try:
+        return coerce(arr, col, to)
+    except RowError:
+        if not col.nullable:  # a NOT NULL column's misfit stays a parse error
+            raise
+    flat = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    keep: list[bool] = []
+    for i in range(len(flat)):
+        one = flat.slice(i, 1)
+        try:
+            coerce(pa.chunked_array([one]), col, to)
+            keep.append(True)
+        except RowError:
+            keep.append(False)
+            rows[i][col.name] = one[0].as_py()
+    mask = pa.array(keep)
+    import pyarrow.compute as pc
+
+    kept = pc.if_else(mask, flat, pa.scalar(None, flat.type))
+    return coerce(pa.chunked_array([kept]), col, to)

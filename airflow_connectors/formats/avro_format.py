@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from airflow_connectors.formats.base import Decoded, Format, RecordError, clip, conform, isolate
+from airflow_connectors.formats.base import (
+    Decoded,
+    Format,
+    NewFields,
+    RecordError,
+    clip,
+    conform_evolving,
+    isolate,
+)
 from airflow_connectors.spec.config import StrictConfig
 
 if TYPE_CHECKING:
@@ -146,7 +154,9 @@ class AvroFormat(Format):
             writer = self.parsed
         else:
             records, writer = self._container(source)
-        columns = _Columns(writer, self.table)
+        columns = _Columns(writer, self.table, extras=self.evolution.detects)
+        if self.evolution.mode == "fail_on_new_columns" and columns.extras:
+            raise NewFields([field for field, _, _ in columns.extras])
         number = 1
         batch: list[dict[str, Any]] = []
         for rec in records:
@@ -240,7 +250,7 @@ class AvroFormat(Format):
         import pyarrow as pa
 
         def convert(recs: Sequence[dict[str, Any]]) -> pa.Table:
-            return conform(columns.table(recs), self.table, self.schema)
+            return conform_evolving(columns.table(recs), self.table, self.schema, self.evolution)
 
         def text(rec: dict[str, Any]) -> str:
             return clip(json.dumps(rec, default=_json_value))
@@ -262,8 +272,11 @@ class _Columns:
     ignoring case when no field has the exact name), each with the Arrow type its
     values are built as."""
 
-    def __init__(self, writer: Any, table: TableSpec) -> None:
-        columns = table.column_names
+    def __init__(self, writer: Any, table: TableSpec, *, extras: bool = False) -> None:
+        from airflow_connectors.spec.models import RESCUED_DATA
+
+        rescue = table.evolution == "rescue"
+        columns = [c for c in table.column_names if not (rescue and c == RESCUED_DATA)]
         named = _named_types(writer)
         fields = {f["name"]: f["type"] for f in writer.get("fields", [])}
         folded = {name.lower(): name for name in fields}
@@ -274,6 +287,12 @@ class _Columns:
                 arrow, fix = _arrow(fields[field], named)
                 self.columns.append((col, field, arrow, fix))
         mapped = {c for c, *_ in self.columns}
+        used = {f for _, f, *_ in self.columns}
+        #: The writer's fields the table lacks (read only when ``extras``: the table's
+        #: schema_evolution fails on them, rescues them or adds them).
+        self.extras: list[tuple[str, pa.DataType | None, Callable[[Any], Any] | None]] = [
+            (f, *_arrow(t, named)) for f, t in fields.items() if extras and f not in used
+        ]
         #: A NOT NULL column the writer schema lacks (every record is a dead letter).
         self.missing_required = next(
             (c.name for c in table.columns if not c.nullable and c.name not in mapped), None
@@ -295,6 +314,14 @@ class _Columns:
                 arrays[col] = pa.array(values, arrow)
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
                 raise RowError(f"column {col!r}: cannot read the Avro value: {_cause(e)}") from e
+        for name, arrow, fix in self.extras:
+            values = [r.get(name) for r in recs]
+            if fix is not None:
+                values = [None if v is None else fix(v) for v in values]
+            try:
+                arrays[name] = pa.array(values, arrow)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+                raise RowError(f"field {name!r}: cannot read the Avro value: {_cause(e)}") from e
         return pa.table(arrays) if arrays else pa.table({"__none": pa.nulls(len(recs))})
 
 

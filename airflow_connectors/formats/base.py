@@ -5,7 +5,8 @@ records (as the format defines them: a CSV record may span lines inside quotes, 
 record may be pretty-printed) and bisects them to find the bad ones, so good records
 still land and each bad record is reported with its record number, the line it starts
 on and its raw text (the slow path runs only where errors are). Values become column
-values by one rule for every format: see :mod:`._conform`.
+values by one rule for every format: see :mod:`._conform`. What becomes of fields the
+table lacks follows the table's ``schema_evolution`` (:class:`._conform.Evolution`).
 
 Record numbers count records, 1-based within the object, including those committed by
 earlier batches (``first_record``); blank lines and a CSV header are not records. Line
@@ -22,7 +23,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
-from airflow_connectors.formats._conform import RowError, conform
+from airflow_connectors.formats._conform import (
+    Evolution,
+    NewFields,
+    RowError,
+    conform,
+    conform_evolving,
+)
 from airflow_connectors.spec.config import StrictConfig
 
 if TYPE_CHECKING:
@@ -32,13 +39,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Decoded",
+    "Evolution",
     "Format",
+    "NewFields",
     "NotText",
     "RecordError",
     "RowError",
     "buffered",
     "clip",
     "conform",
+    "conform_evolving",
     "isolate",
     "text_start",
 ]
@@ -82,6 +92,9 @@ class Format(ABC):
     def __init__(self, config: StrictConfig, table: TableSpec) -> None:
         self.config = config
         self.table = table
+        #: What the table's ``schema_evolution`` does with fields it lacks (see
+        #: :class:`Evolution`); ``evolution.take()`` gives the new fields met.
+        self.evolution = Evolution(table.evolution)
 
     @classmethod
     def check_table(cls, config: StrictConfig, table: TableSpec) -> None:
@@ -250,6 +263,8 @@ def isolate(
     def walk(lo: int, hi: int) -> None:
         try:
             tables.append(decode(records[lo:hi]))
+        except NewFields:
+            raise  # about the object, not a record: fails the batch
         except Exception as e:  # pyarrow raises ArrowInvalid, ValueError, TypeError...
             if hi - lo == 1:
                 line = lines[lo] if lines is not None else None

@@ -54,6 +54,7 @@ from airflow_connectors.formats.base import (
     text_start,
 )
 from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.spec.models import RESCUED_DATA
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -295,6 +296,13 @@ def _decimal_integers(text: pa.ChunkedArray, column: int, to: pa.DataType) -> pa
         ) from e
 
 
+def pa_schema(schema: pa.Schema, names: list[str]) -> pa.Schema:
+    """``schema`` with only the fields ``names``, in that order."""
+    import pyarrow as pa
+
+    return pa.schema([schema.field(n) for n in names])
+
+
 def _compile(template: str, parts: dict[str, bytes]) -> re.Pattern[bytes]:
     pattern = template.encode()
     for name, value in parts.items():
@@ -323,7 +331,12 @@ class CsvFormat(Format):
     def __init__(self, config: StrictConfig, table: object) -> None:
         super().__init__(config, table)  # type: ignore[arg-type]
         self.schema = self.table.arrow_schema()
-        self.syntax = _Syntax(self.config.delimiter, self.config.quote, len(self.table.columns))
+        # Fields are columns by position: the made column _rescued_data (rescue) is none.
+        self.columns = [
+            c for c in self.table.columns if not (self.evolution.rescues and c.name == RESCUED_DATA)
+        ]
+        self.read_schema = pa_schema(self.schema, [c.name for c in self.columns])
+        self.syntax = _Syntax(self.config.delimiter, self.config.quote, len(self.columns))
         self.block_bytes = DEFAULT_BLOCK_BYTES
 
     @property
@@ -388,7 +401,7 @@ class CsvFormat(Format):
         except Exception:
             return None
         if self.syntax.quote in body:
-            for col in self.table.columns:
+            for col in self.columns:
                 if col.type.kind != "VARCHAR":
                     continue
                 lines = pc.match_substring_regex(table.column(col.name), "[\r\n]")
@@ -435,9 +448,9 @@ class CsvFormat(Format):
         if m:
             return f"expected {m.group(1)} columns, found {m.group(2)}"
         m = re.match(r"In CSV column #(\d+): (?:Row #\d+: )?(.*)", message, re.S)
-        if not m or int(m.group(1)) >= len(self.table.columns):
+        if not m or int(m.group(1)) >= len(self.columns):
             return message
-        col = self.table.columns[int(m.group(1))]
+        col = self.columns[int(m.group(1))]
         detail = m.group(2)
         if "invalid UTF8" in detail:
             return mismatch(col, "invalid UTF-8 (the raw text shows the bytes escaped)")
@@ -448,7 +461,7 @@ class CsvFormat(Format):
         if value:
             return mismatch(col, show(value.group(1)))
         fields = self.syntax.field_texts(record) if record is not None else []
-        if len(fields) == len(self.table.columns):
+        if len(fields) == len(self.columns):
             return mismatch(col, show(fields[int(m.group(1))]))
         return f"column {col.name!r} ({col.type}): {detail}"
 
@@ -464,13 +477,13 @@ class CsvFormat(Format):
         hex_ok = _HEX.search(data) is None
         as_text = [
             c.name
-            for c in self.table.columns
+            for c in self.columns
             if c.type.kind in _TEXT_PARSED or (c.type.is_integer and not hex_ok)
         ]
         raw = pcsv.read_csv(
             pa.BufferReader(data),
             read_options=pcsv.ReadOptions(
-                column_names=self.table.column_names,
+                column_names=[c.name for c in self.columns],
                 use_threads=False,
                 block_size=max(len(data), 1 << 20),
             ),
@@ -482,7 +495,7 @@ class CsvFormat(Format):
             convert_options=pcsv.ConvertOptions(
                 column_types={
                     c.name: pa.string() if c.name in as_text else f.type
-                    for c, f in zip(self.table.columns, self.schema, strict=True)
+                    for c, f in zip(self.columns, self.read_schema, strict=True)
                 },
                 null_values=_NULLS,
                 true_values=["true", "True", "TRUE"],
@@ -490,7 +503,7 @@ class CsvFormat(Format):
                 strings_can_be_null=False,
             ),
         )
-        for i, (c, f) in enumerate(zip(self.table.columns, self.schema, strict=True)):
+        for i, (c, f) in enumerate(zip(self.columns, self.read_schema, strict=True)):
             if c.name in as_text:  # NULL spellings, as pyarrow does for typed columns
                 arr = raw.column(i)
                 nulls = pc.is_in(arr, value_set=pa.array(_NULLS))

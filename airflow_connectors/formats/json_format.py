@@ -10,6 +10,10 @@ count records; a dead letter's ``line`` is the physical line of the object where
 record starts (for ``array: true``, where the array element starts).
 
 Each record must be one UTF-8 JSON object; values follow the rule of :mod:`._conform`.
+Fields the table lacks are ignored, or read (their types inferred by pyarrow) when the
+table's ``schema_evolution`` fails on them, rescues them or adds them
+(:class:`._conform.Evolution`). Under ``rescue`` a record whose values do not all fit is
+parsed again alone, and the values that do not fit go to ``_rescued_data``.
 """
 
 from __future__ import annotations
@@ -22,22 +26,23 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from airflow_connectors.formats._conform import coerce, mismatch
+from airflow_connectors.formats._conform import coerce, conform_evolving, mismatch
 from airflow_connectors.formats.base import (
     DEFAULT_BLOCK_BYTES,
     MAX_RAW_TEXT,
     Decoded,
     Format,
+    NewFields,
     RecordError,
     RowError,
     _message,
     buffered,
     clip,
-    conform,
     isolate,
     text_start,
 )
 from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.spec.models import RESCUED_DATA
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -97,6 +102,8 @@ class JsonFormat(Format):
             if c.type.kind in _TEXT_PARSED
             else f.with_nullable(True)
             for c, f in zip(self.table.columns, self.schema, strict=True)
+            # _rescued_data is made, not read: a field of that name is an unknown one.
+            if c.name != RESCUED_DATA or not self.evolution.rescues
         }
         self.read_schema = self._wrap(list(self.fields.values()))
         self.block_bytes = DEFAULT_BLOCK_BYTES
@@ -232,18 +239,53 @@ class JsonFormat(Format):
                     else "a line holds several JSON objects"
                 )
             return table
-        except RowError:
+        except (RowError, NewFields):
             raise
         except Exception as e:
-            if len(records) == 1:  # name the column that does not fit
+            if len(records) == 1:
+                rescued = self._rescue_record(records[0])
+                if rescued is not None:
+                    return rescued
+                # name the column that does not fit
                 raise RowError(self._diagnose(records[0], e)) from e
             raise
+
+    def _rescue_record(self, record: bytes) -> pa.Table | None:
+        """Under ``schema_evolution: rescue``: the record as a row whose values that do
+        not fit their column are NULL and in ``_rescued_data``; None when that does not
+        help (invalid JSON, not an object, no value that does not fit, other modes)."""
+        if not self.evolution.rescues:
+            return None
+        try:
+            obj = json.loads(record, parse_int=_Number, parse_float=_Number, parse_constant=_Number)
+        except (ValueError, RecursionError):
+            return None
+        insert = self.config.update_format == "insert_delete"
+        row = obj.get("insert") if insert and isinstance(obj, dict) else obj
+        if not isinstance(row, dict):
+            return None
+        moved: dict[str, object] = {}
+        for col in self.table.columns:
+            value = row.get(col.name)
+            # A NOT NULL column's misfit stays a parse error: the row would lack it.
+            kept = value is None or not col.nullable or col.name not in self.fields
+            if not kept and not self._fits(col, value):
+                moved[col.name] = _plain(row.pop(col.name))
+        if not moved:
+            return None
+        try:
+            raw = self._read(_dump(obj).encode(), multiline=True, schema=self.read_schema)
+            if insert:
+                raw = _inserts(raw)
+            return conform_evolving(raw, self.table, self.schema, self.evolution, rescued=[moved])
+        except Exception:
+            return None  # something else is wrong with it: diagnosed as a parse error
 
     def _decode(self, data: bytes, *, multiline: bool, schema: pa.Schema | None = None) -> pa.Table:
         raw = self._read(data, multiline=multiline, schema=schema or self.read_schema)
         if self.config.update_format == "insert_delete":
             raw = _inserts(raw)
-        return conform(raw, self.table, self.schema)
+        return conform_evolving(raw, self.table, self.schema, self.evolution)
 
     def _read(self, data: bytes, *, multiline: bool, schema: pa.Schema) -> pa.Table:
         import pyarrow as pa
@@ -254,7 +296,9 @@ class JsonFormat(Format):
             read_options=pj.ReadOptions(use_threads=False, block_size=max(len(data), 1 << 20)),
             parse_options=pj.ParseOptions(
                 explicit_schema=schema,
-                unexpected_field_behavior="ignore",
+                # Unknown fields are read only when schema_evolution does something
+                # with them (fail, rescue, add): `none` ignores them, as always.
+                unexpected_field_behavior="infer" if self.evolution.detects else "ignore",
                 newlines_in_values=multiline,
             ),
         )
@@ -307,7 +351,29 @@ class _Number(str):
 
 
 def _dump(value: object) -> str:
-    return str(value) if isinstance(value, _Number) else json.dumps(value)
+    """``value`` (parsed with :class:`_Number` numbers) as JSON text, numbers as written."""
+    if isinstance(value, _Number):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {_dump(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_dump(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def _plain(value: object) -> object:
+    """A value parsed with :class:`_Number` numbers, numbers as Python numbers (a
+    number Python cannot hold stays its text)."""
+    if isinstance(value, _Number):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _show(value: object) -> str:
@@ -518,8 +584,14 @@ class _ArrayStream:
         data = b"\n".join(records)
         try:
             table = fmt._decode(data, multiline=True)
+        except NewFields:
+            raise
         except Exception as e:
-            if len(records) == 1:  # name the column that does not fit
+            if len(records) == 1:
+                rescued = fmt._rescue_record(records[0])
+                if rescued is not None:
+                    return rescued
+                # name the column that does not fit
                 raise RowError(fmt._diagnose(records[0], e)) from e
             raise
         if table.num_rows != len(records):

@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 
-from airflow_connectors.formats.base import Decoded, Format, clip, conform, isolate
+from airflow_connectors.formats.base import (
+    Decoded,
+    Format,
+    NewFields,
+    clip,
+    conform_evolving,
+    isolate,
+)
 from airflow_connectors.spec.config import StrictConfig
 
 
@@ -37,17 +44,31 @@ class ParquetFormat(Format):
         schema = self.table.arrow_schema()
         data = b"".join(chunks)
         pf = pq.ParquetFile(pa.BufferReader(data))
-        columns = [c for c in self.table.column_names if c in pf.schema_arrow.names]
+        # Under schema_evolution other than none, the file's other columns are read too
+        # (to fail on them, rescue them or add them to the table).
+        columns = (
+            list(pf.schema_arrow.names)
+            if self.evolution.detects
+            else [c for c in self.table.column_names if c in pf.schema_arrow.names]
+        )
+        evolution = self.evolution
+        if evolution.mode == "fail_on_new_columns":
+            known = set(self.table.column_names)
+            new = [n for n in pf.schema_arrow.names if n not in known]
+            if new:
+                raise NewFields(new)
         record = first_record
         for group in range(pf.num_row_groups):
             raw = pf.read_row_group(group, columns=columns)
             try:
-                table = conform(raw, self.table, schema)
+                table = conform_evolving(raw, self.table, schema, evolution)
                 out = Decoded(table, [], raw.num_rows, 0)
             except Exception:
 
                 def convert(rs: Sequence[int], raw: pa.Table = raw) -> pa.Table:
-                    return conform(raw.slice(rs[0], len(rs)), self.table, schema)
+                    return conform_evolving(
+                        raw.slice(rs[0], len(rs)), self.table, schema, evolution
+                    )
 
                 # The dead letter shows the whole row as the file holds it, also the
                 # columns the table does not have (a file of another schema).
