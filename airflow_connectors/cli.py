@@ -64,6 +64,20 @@ def main(argv: list[str] | None = None) -> int:
     _store_flags(p)
 
     p = sub.add_parser(
+        "schema",
+        help="a table's current columns and its stored schema versions (inferred and evolved)",
+    )
+    p.add_argument("pipeline")
+    p.add_argument("table")
+    p.add_argument(
+        "--spec",
+        type=Path,
+        help="the pipeline spec: also shows declared columns, hints and the evolution mode",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _store_flags(p)
+
+    p = sub.add_parser(
         "pipeline",
         help="pause, resume or show a pipeline (a paused pipeline runs no connector)",
     )
@@ -111,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         "validate": _validate,
         "run": _run,
         "stats": _stats,
+        "schema": _schema,
         "pipeline": _pipeline,
         "connector": _connector,
     }[args.command]
@@ -277,10 +292,13 @@ def _ref(pipeline: str, endpoint: str) -> Any:
 
 def _print_tables(spec: Any, runner: Any, show: int) -> None:
     from airflow_connectors.engine.context import table_sink
+    from airflow_connectors.engine.schema import effective_table
     from airflow_connectors.sinks._fs import describe_error
     from airflow_connectors.spec.redact import mask_url
 
-    for table in spec.tables:
+    for declared in spec.tables:
+        # Inferred (or evolved) columns: as the state store has them now.
+        table = effective_table(runner.store, spec.name, declared)
         sink = table_sink(spec.name, table, runner.settings.warehouse)
         sink.state_store_url = runner.settings.state_store_url  # the Iceberg catalog's default
         for kind in ("rows", "errors"):
@@ -333,6 +351,63 @@ def _stats(args: argparse.Namespace) -> int:
         for e in doc["transport_errors"]:
             print(f"transport error: {e['message']}")
     return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from airflow_connectors.engine.schema import schema_view
+    from airflow_connectors.state.store import StateStore
+
+    spec = None
+    if args.spec is not None:
+        loaded = _load(argparse.Namespace(spec=args.spec, pipeline=args.pipeline))
+        if loaded is None:
+            return 1
+        try:
+            spec = loaded.table(args.table)
+        except KeyError as e:
+            print(f"{args.spec}: {e.args[0]}", file=sys.stderr)
+            return 1
+    settings = Settings.load(state_store_url=args.state_store_url, warehouse=args.warehouse)
+    store = StateStore(settings.state_store_url)
+    try:
+        view = schema_view(store, args.pipeline, args.table, spec)
+    finally:
+        store.close()
+    if view["version"] is None and spec is None:
+        print(
+            f"table {args.pipeline}.{args.table} has no stored schema version in the state "
+            f"store {store.safe_url}: its columns are declared (give --spec FILE to show "
+            "them) or not inferred yet (the first discovery infers them); check the names",
+            file=sys.stderr,
+        )
+        return 1
+    if args.json:
+        print(json.dumps(view, indent=2))
+        return 0
+    _print_schema(view)
+    return 0
+
+
+def _print_schema(view: dict[str, Any]) -> None:
+    how = {True: "inferred", False: "declared", None: ""}[view["inferred"]]
+    mode = f"schema_evolution {view['schema_evolution']}" if view["schema_evolution"] else ""
+    version = f"schema version {view['version']}" if view["version"] else "no stored version"
+    extra = "; ".join(x for x in (how, mode) if x)
+    print(f"table {view['pipeline']}.{view['table']}: {version}{f' ({extra})' if extra else ''}")
+    if not view["columns"]:
+        print("  (no columns yet: the first discovery with data infers them)")
+    for c in view["columns"]:
+        print(f"  {c['name']} {c['type']}{'' if c['nullable'] else ' NOT NULL'}")
+    if view["schema_hints"]:
+        hints = ", ".join(f"{k} {v}" for k, v in view["schema_hints"].items())
+        print(f"schema_hints: {hints}")
+    if view["versions"]:
+        print("versions:")
+    for v in view["versions"]:
+        changes = [f"+{n}" for n in v["added"]] + [f"-{n}" for n in v["removed"]]
+        changes += [f"~{c['name']} {c['from']}->{c['to']}" for c in v["changed"]]
+        what = " ".join(changes) or f"{len(v['columns'])} column(s)"
+        print(f"  {v['version']}  {v['created_at']}  {what}  ({v['origin']})")
 
 
 def _pipeline(args: argparse.Namespace) -> int:

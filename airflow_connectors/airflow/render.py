@@ -329,7 +329,10 @@ class ConnectorPipeline:
         lines = [
             f"### Connector `{connector.name}` of table `{table.name}` (pipeline `{self.spec.name}`)",
             "",
-            f"Columns: {', '.join(str(c) for c in table.columns)}.",
+            f"Columns: {', '.join(str(c) for c in table.columns)}."
+            if table.columns
+            else "Columns: inferred from the data on the first discovery (`airflow-connectors "
+            f"schema {self.spec.name} {table.name}` shows them and their versions).",
             "",
             "Pause this DAG to pause the connector. Tasks: `gate` (skips while the pipeline "
             "is paused or start_after is not satisfied), `discover` (plans at most "

@@ -255,9 +255,16 @@ def infer_columns(
             continue
         sampled.append(item.key)
         _infer_object(fmt.name, fmt.config, data, item.key, fields)
-    if not fields.order and not sampled:
+    columns = apply_hints(table, fields.columns())
+    if not sampled:
         return None
-    return Inferred(apply_hints(table, fields.columns()), sampled)
+    if not columns:
+        raise SchemaInferenceError(
+            f"{where}: the sampled objects ({', '.join(sampled[:5])}) hold no record with a "
+            f"field to infer a column from; check the {fmt.name} format config or declare "
+            "the table's columns"
+        )
+    return Inferred(columns, sampled)
 
 
 def apply_hints(table: TableSpec, columns: Iterable[ColumnSpec]) -> tuple[ColumnSpec, ...]:
@@ -291,10 +298,10 @@ def _read(transport: Transport, item: WorkItem, budget: int, *, whole: bool) -> 
                     "table's columns"
                 )
             out += chunk
-            if len(out) >= budget:
-                if whole:
-                    return None
-                del out[budget:]
+            if whole and len(out) > budget:
+                return None
+            if not whole and len(out) >= budget:
+                del out[budget:]  # a line format: the records before the bound
                 break
     finally:
         close = getattr(chunks, "close", None)
@@ -662,11 +669,59 @@ def _avro_type(t: Any) -> tuple[SqlType | None, str]:
     return None, f"an Avro {t}"
 
 
-def describe(version: SchemaVersion | None) -> str:
-    """One line of a version's columns, for logs."""
-    if version is None:
-        return "(no schema stored)"
-    return f"version {version.version}: " + ", ".join(f"{c.name} {c.type}" for c in version.columns)
+# --- views (CLI, REST) ------------------------------------------------------------------
+
+
+def _iso(ts: float) -> str:
+    return (
+        dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    )
+
+
+def schema_view(
+    store: StateStore, pipeline: str, table: str, spec: TableSpec | None = None
+) -> dict[str, Any]:
+    """What ``airflow-connectors schema`` and ``GET .../tables/{table}/schema`` show:
+
+    ``{"pipeline", "table", "inferred": whether the columns are inferred (None: no spec
+    given), "schema_evolution": the effective mode (None: no spec), "schema_hints",
+    "version": the latest stored version (None: none stored), "columns": the columns
+    batches use now ([{"name", "type", "nullable"}], with ``_rescued_data`` in rescue
+    mode; the declared ones while no version is stored; empty while an inferred schema
+    is not inferred yet), "versions": every stored version, oldest first, as
+    {"version", "columns", "origin", "created_at" (ISO 8601 UTC), "added": names new
+    in that version, "removed": names it dropped, "changed": [{"name", "from", "to"}]
+    types it changed}}``."""
+    versions = store.schema_versions(pipeline, table)
+    latest = versions[-1] if versions else None
+    if spec is not None:
+        cols = with_version(spec, latest).columns
+        current = [{"name": c.name, "type": str(c.type), "nullable": c.nullable} for c in cols]
+    else:
+        current = [c.to_json() for c in latest.columns] if latest else []
+    shown: list[dict[str, Any]] = []
+    before: dict[str, str] = {}
+    for v in versions:
+        now = {c.name: c.type for c in v.columns}
+        doc = v.to_json()
+        doc["created_at"] = _iso(v.created_at)
+        doc["added"] = [n for n in now if n not in before] if shown else []
+        doc["removed"] = [n for n in before if n not in now]
+        doc["changed"] = [
+            {"name": n, "from": before[n], "to": t} for n, t in now.items() if before.get(n, t) != t
+        ]
+        shown.append(doc)
+        before = now
+    return {
+        "pipeline": pipeline,
+        "table": table,
+        "inferred": spec.infers_schema if spec is not None else None,
+        "schema_evolution": spec.evolution if spec is not None else None,
+        "schema_hints": dict(spec.schema_hints) if spec is not None else {},
+        "version": latest.version if latest else None,
+        "columns": current,
+        "versions": shown,
+    }
 
 
 __all__ = [
@@ -680,5 +735,6 @@ __all__ = [
     "effective_table",
     "infer_columns",
     "prepare",
+    "schema_view",
     "with_version",
 ]

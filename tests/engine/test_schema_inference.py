@@ -390,3 +390,99 @@ def test_ingest_of_a_table_without_columns(sqlite_url: str, tmp_path: Path, spar
         {"id": 2, "name": None, "at": None},
         {"id": 3, "name": "c", "at": dt.datetime(2024, 5, 6)},
     ]
+
+
+def test_cli_shows_columns_and_versions(sqlite_url: str, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.json").write_text(lines({"id": 1, "name": "x"}))
+    doc = {
+        "pipeline": "p",
+        "tables": {
+            "t": {
+                "schema_hints": {"id": "BIGINT NOT NULL"},
+                "connectors": [
+                    {
+                        "name": "files",
+                        "transport": {
+                            "name": "file_input",
+                            "config": {"path": str(src), "min_file_age": 0},
+                        },
+                        "format": {"name": "json", "config": {"update_format": "raw"}},
+                    }
+                ],
+            }
+        },
+    }
+    spec_file = tmp_path / "p.yaml"
+    spec_file.write_text(yaml.safe_dump(doc))
+    store = StateStore(sqlite_url)
+    discover(store, ctx_of(pipeline(doc["tables"])))
+    v1 = store.latest_schema("p", "t")
+    assert v1 is not None
+    store.add_schema_version(
+        "p",
+        "t",
+        [
+            SchemaColumn("id", "BIGINT", False),
+            SchemaColumn("name", "INT"),
+            SchemaColumn("n", "DATE"),
+        ],
+        based_on=1,
+        origin="batch 3 added n",
+    )
+    store.close()
+    exe = str(Path(sys.executable).parent / "airflow-connectors")
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "home")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [exe, "schema", *args, "--state-store-url", sqlite_url],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    out = cli("p", "t")
+    assert out.returncode == 0, out.stderr
+    stamp = dt.datetime.fromtimestamp(v1.created_at, dt.UTC).isoformat(timespec="seconds")
+    lines_out = out.stdout.splitlines()
+    assert lines_out[:5] == [
+        "table p.t: schema version 2",
+        "  id BIGINT NOT NULL",
+        "  name INT",
+        "  n DATE",
+        "versions:",
+    ]
+    assert lines_out[5] == (
+        f"  1  {stamp.replace('+00:00', 'Z')}  2 column(s)  "
+        f"(inferred by connector files from 1 object(s): {src / 'a.json'})"
+    )
+    assert lines_out[6].startswith("  2  ") and lines_out[6].endswith(
+        "  +n ~name VARCHAR->INT  (batch 3 added n)"
+    )
+    assert len(lines_out) == 7
+
+    with_spec = cli("p", "t", "--spec", str(spec_file))
+    assert with_spec.returncode == 0, with_spec.stderr
+    assert with_spec.stdout.splitlines()[0] == (
+        "table p.t: schema version 2 (inferred; schema_evolution add_new_columns)"
+    )
+    assert "schema_hints: id BIGINT NOT NULL" in with_spec.stdout.splitlines()
+
+    as_json = json.loads(cli("p", "t", "--json").stdout)
+    assert as_json["version"] == 2 and as_json["inferred"] is None
+    assert [v["version"] for v in as_json["versions"]] == [1, 2]
+    assert as_json["versions"][1]["changed"] == [{"name": "name", "from": "VARCHAR", "to": "INT"}]
+
+    missing = cli("p", "nope")
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.stderr.startswith("table p.nope has no stored schema version in the state store")

@@ -89,9 +89,9 @@ def pipeline_names() -> str:
     return ", ".join(sorted({r.pipeline for r in known_connectors()})) or "(none)"
 
 
-def ref_by_feldera_path(pipeline: str, table: str, connector: str) -> ConnectorRef:
-    """The connector of a Feldera path, the table name matched as Feldera does (unquoted:
-    any case; quoted: exact). ``ApiError`` 404 naming what exists."""
+def table_refs(pipeline: str, table: str) -> list[ConnectorRef]:
+    """The connectors of a table named as in a Feldera path (unquoted: any case; quoted:
+    exact), in name order. ``ApiError`` 404 naming what exists."""
     catalog = known_connectors(pipeline)
     if not catalog:
         raise ApiError(404, f"unknown pipeline {pipeline!r}; known pipelines: {pipeline_names()}")
@@ -105,6 +105,14 @@ def ref_by_feldera_path(pipeline: str, table: str, connector: str) -> ConnectorR
             404,
             f"pipeline {pipeline!r} has no table {table!r}; its tables: {', '.join(sorted(tables))}",
         )
+    return sorted((r for r in catalog if r.table == match), key=lambda r: r.connector)
+
+
+def ref_by_feldera_path(pipeline: str, table: str, connector: str) -> ConnectorRef:
+    """The connector of a Feldera path, the table name matched as Feldera does (unquoted:
+    any case; quoted: exact). ``ApiError`` 404 naming what exists."""
+    catalog = table_refs(pipeline, table)
+    match = catalog[0].table
     ref = ConnectorRef(pipeline, match, connector)
     if ref not in catalog:
         names = sorted(r.connector for r in catalog if r.table == match)

@@ -1,6 +1,7 @@
 """Feldera's REST shape (its pipeline manager's ``/v0``):
 ``/v0/pipelines/{p}/tables/{t}/connectors/{c}/start|pause|stats``,
-``/v0/pipelines/{p}/stats`` and ``/v0/pipelines/{p}/pause|resume``, with Feldera's
+``/v0/pipelines/{p}/stats`` and ``/v0/pipelines/{p}/pause|resume``, plus the table's
+schema and its stored versions at ``/v0/pipelines/{p}/tables/{t}/schema``, with Feldera's
 status codes: a connector action answers 200, a pipeline action 202 (accepted), an
 unknown action 400 for a connector and 404 for a pipeline (there is no such route),
 an unknown pipeline, table or connector 404.
@@ -75,6 +76,66 @@ def connector_stats(pipeline: str, table: str, connector: str) -> dict[str, Any]
     """The connector's status in Feldera's shape: config (secrets masked), metrics,
     errors, ``paused`` and the state."""
     return catalog.feldera_status_of(catalog.ref_by_feldera_path(pipeline, table, connector))
+
+
+class SchemaColumnView(BaseModel):
+    """One column: name, SQL type, whether it may be NULL."""
+
+    name: str
+    type: str
+    nullable: bool
+
+
+class SchemaChange(BaseModel):
+    """A column whose type a schema version changed."""
+
+    name: str
+    from_: str = Field(alias="from")
+    to: str
+
+
+class SchemaVersionView(BaseModel):
+    """A stored schema version and what it changed from the one before."""
+
+    version: int
+    columns: list[SchemaColumnView]
+    origin: str = Field(description="what it was inferred from, or which batch added what")
+    created_at: str = Field(description="ISO 8601, UTC")
+    added: list[str]
+    removed: list[str]
+    changed: list[SchemaChange]
+
+
+class TableSchema(BaseModel):
+    """A table's columns as batches use them now and its stored schema versions."""
+
+    pipeline: str
+    table: str
+    inferred: bool | None = Field(description="the spec omits columns: they are inferred")
+    schema_evolution: str | None
+    schema_hints: dict[str, str]
+    version: int | None = Field(description="the latest stored version; null: none stored")
+    columns: list[SchemaColumnView]
+    versions: list[SchemaVersionView] = Field(description="oldest first")
+
+
+@router.get(
+    "/{pipeline}/tables/{table}/schema",
+    response_model=TableSchema,
+    response_model_by_alias=True,
+    responses=error_responses(404),
+)
+def table_schema(pipeline: str, table: str) -> dict[str, Any]:
+    """The table's current columns (inferred or declared, as evolved, with
+    ``_rescued_data`` in rescue mode; empty while an inferred schema awaits data) and
+    every schema version stored for it, oldest first."""
+    from airflow_connectors.engine.schema import schema_view
+    from airflow_connectors.spec.models import TableSpec
+
+    refs = catalog.table_refs(pipeline, table)
+    doc = catalog.spec_of(refs[0])["table"]
+    spec = TableSpec.model_validate({k: v for k, v in doc.items() if k != "connectors"})
+    return schema_view(catalog.state_store(), pipeline, refs[0].table, spec)
 
 
 @router.get("/{pipeline}/stats", response_model=PipelineStats, responses=error_responses(404))
