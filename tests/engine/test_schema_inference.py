@@ -486,3 +486,67 @@ def test_cli_shows_columns_and_versions(sqlite_url: str, tmp_path: Path) -> None
     missing = cli("p", "nope")
     assert missing.returncode == 1 and missing.stdout == ""
     assert missing.stderr.startswith("table p.nope has no stored schema version in the state store")
+
+
+def test_spec_rules_of_tables_without_columns() -> None:
+    from airflow_connectors.spec import SpecValidationError
+
+    def connector(fmt: dict[str, Any] | None, transport: str = "file_input") -> dict[str, Any]:
+        doc: dict[str, Any] = {"name": "c", "transport": {"name": transport, "config": {}}}
+        if transport == "file_input":
+            doc["transport"]["config"] = {"path": "/tmp/in"}
+        if fmt is not None:
+            doc["format"] = fmt
+        return doc
+
+    def errors(table: dict[str, Any]) -> list[str]:
+        with pytest.raises(SpecValidationError) as e:
+            pipeline({"t": table})
+        return [str(err) for err in e.value.errors]
+
+    ok = pipeline(
+        {
+            "t": {
+                "schema_hints": {"id": "BIGINT NOT NULL"},
+                "schema_evolution": "fail_on_new_columns",
+                "connectors": [connector({"name": "csv", "config": {"headers": True}})],
+            }
+        }
+    ).tables[0]
+    assert ok.infers_schema and ok.columns == ()
+    assert ok.schema_hints == {"id": "BIGINT NOT NULL"} and ok.evolution == "fail_on_new_columns"
+    assert errors({"connectors": [connector({"name": "csv"})]}) == [
+        "tables.t.connectors[0].format.config.headers: the table has no columns, and CSV "
+        "without a header has no column names to infer them from; set headers: true or "
+        "declare the table's columns"
+    ]
+    assert errors({"connectors": [connector({"name": "raw"})]}) == [
+        "tables.t.connectors[0].format: the table has no columns, and format 'raw' cannot "
+        "infer them (inference reads formats json, csv, parquet, avro); declare the table's "
+        "columns"
+    ]
+    assert errors({"connectors": [connector(None, "datagen")]}) == [
+        "tables.t.connectors[0].format: the table has no columns, and a connector without a "
+        "format cannot infer them (inference reads formats json, csv, parquet, avro); declare "
+        "the table's columns"
+    ]
+    json_connector = connector({"name": "json"})
+    bad_hint = errors({"schema_hints": {"id": "BLOB"}, "connectors": [json_connector]})
+    assert len(bad_hint) == 1
+    assert bad_hint[0].startswith(
+        "tables.t.schema_hints.id: schema hint for column 'id': unsupported column type 'BLOB'"
+    )
+    assert errors(
+        {"columns": {"id": "INT"}, "schema_hints": {"id": "BIGINT"}, "connectors": [json_connector]}
+    ) == [
+        "tables.t.schema_hints: schema_hints pin the types of inferred columns, and this "
+        "table declares its columns; set the types in 'columns' or omit 'columns' to infer them"
+    ]
+    assert errors({"schema_evolution": "merge", "connectors": [json_connector]}) == [
+        "tables.t.schema_evolution: schema_evolution must be one of add_new_columns, rescue, "
+        "fail_on_new_columns, none, got the string 'merge'"
+    ]
+    # Declared columns stay required to be a mapping when given, and SQL tables declare them.
+    assert errors({"columns": {}, "connectors": [json_connector]})[0].startswith(
+        "tables.t.columns: expected a mapping of column name -> SQL type"
+    )
