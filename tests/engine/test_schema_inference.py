@@ -550,3 +550,64 @@ def test_spec_rules_of_tables_without_columns() -> None:
     assert errors({"columns": {}, "connectors": [json_connector]})[0].startswith(
         "tables.t.columns: expected a mapping of column name -> SQL type"
     )
+
+
+def test_cli_run_of_a_table_without_columns(tmp_path: Path) -> None:
+    """``airflow-connectors run`` infers, ingests and prints the table with the inferred
+    columns; ``schema`` then shows version 1."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.json").write_text(lines({"id": 2, "name": "b"}, {"id": 1, "name": "a"}))
+    spec_file = tmp_path / "p.yaml"
+    spec_file.write_text(
+        yaml.safe_dump(
+            {
+                "pipeline": "p",
+                "tables": {
+                    "t": {
+                        "connectors": [
+                            {
+                                "name": "files",
+                                "transport": {
+                                    "name": "file_input",
+                                    "config": {"path": str(src), "min_file_age": 0},
+                                },
+                                "format": {"name": "json", "config": {"update_format": "raw"}},
+                            }
+                        ]
+                    }
+                },
+            }
+        )
+    )
+    exe = str(Path(sys.executable).parent / "airflow-connectors")
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "home"), "PYSPARK_PYTHON": sys.executable}
+    env.pop("AIRFLOW__CONNECTORS__STATE_STORE_URL", None)
+    env.pop("AIRFLOW__CONNECTORS__WAREHOUSE", None)
+    env["AIRFLOW__CONNECTORS__SPARK_MASTER"] = "local[1]"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [exe, *args], env=env, capture_output=True, text=True, timeout=300, check=False
+        )
+
+    out = cli("run", str(spec_file), "--show", "2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "t.files: finished, +2 records" in out.stdout
+    assert "table t: 2 rows at" in out.stdout
+    shown = [line.strip() for line in out.stdout.splitlines() if line.startswith("  {")]
+    assert sorted(shown) == ["{'id': 1, 'name': 'a'}", "{'id': 2, 'name': 'b'}"]
+    schema = cli("schema", "p", "t")
+    assert schema.returncode == 0, schema.stderr
+    assert schema.stdout.splitlines()[:4] == [
+        "table p.t: schema version 1",
+        "  id BIGINT",
+        "  name VARCHAR",
+        "versions:",
+    ]
