@@ -123,12 +123,13 @@ class TableSchema(BaseModel):
     "/{pipeline}/tables/{table}/schema",
     response_model=TableSchema,
     response_model_by_alias=True,
-    responses=error_responses(404),
+    responses=error_responses(404, 409),
 )
 def table_schema(pipeline: str, table: str) -> dict[str, Any]:
     """The table's current columns (inferred or declared, as evolved, with
     ``_rescued_data`` in rescue mode; empty while an inferred schema awaits data) and
-    every schema version stored for it, oldest first."""
+    every schema version stored for it, oldest first. 404: no such pipeline or table;
+    409: its DAG was serialized without its spec (by an older airflow-connectors)."""
     from airflow_connectors.engine.schema import schema_view
     from airflow_connectors.spec.models import TableSpec
 
