@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from airflow_connectors.catalog import parse_pipeline
 from airflow_connectors.engine.runner import EmbeddedRunner, RunReport
 from airflow_connectors.settings import Settings
+from airflow_connectors.sinks._fs import parquet_dataset
 from airflow_connectors.spec import PipelineSpec
 from airflow_connectors.state.store import ConnectorRef, ConnectorState, StateStore
 from airflow_connectors.testing.conformance import table_checksum as checksum  # noqa: F401 - for tests
@@ -33,7 +33,10 @@ def read_table(warehouse: str, pipeline: str, table: str) -> pa.Table:
     path = Path(warehouse) / pipeline / table
     if not path.is_dir():
         return pa.table({})
-    return ds.dataset(str(path), format="parquet").to_table()
+    # Files of several schema versions are read with their union (a column a later batch
+    # added is null in earlier files), as the sink reads its table.
+    dataset = parquet_dataset(str(path))
+    return pa.table({}) if dataset is None else dataset.to_table()
 
 
 def status(store_url: str, pipeline: str, table: str, connector: str) -> ConnectorState:

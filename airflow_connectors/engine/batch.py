@@ -7,6 +7,11 @@
 4. Offsets, metrics and the batch state commit in one state-store transaction.
 5. The committed attempt is published into the table.
 A crash anywhere before 4 leaves the batch planned and the next run re-executes it.
+
+Under ``schema_evolution: add_new_columns`` a batch whose tasks met fields the table
+lacks is staged again with the widened table (:mod:`.evolution`), and step 4 stores the
+widened columns as the table's next schema version in the same transaction; publish
+then applies the schema change to the table with the batch's rows.
 """
 
 from __future__ import annotations
@@ -25,11 +30,26 @@ from typing import Any
 
 from airflow_connectors import failpoints
 from airflow_connectors.engine.context import BatchContext
+from airflow_connectors.engine.evolution import (
+    BatchSchema,
+    EvolutionFailed,
+    batch_table,
+    new_fields,
+    store_version,
+    widen,
+)
 from airflow_connectors.engine.reader import ItemFailure, ingest_partition
 from airflow_connectors.engine.spark import share_aws_environment
 from airflow_connectors.sinks.base import Sink, SinkUnwritable
+from airflow_connectors.spec.models import TableSpec
 from airflow_connectors.spec.redact import mask_text, secret_values
-from airflow_connectors.state.store import BatchStatus, ErrorRecord, ItemReceipt, StateStore
+from airflow_connectors.state.store import (
+    BatchStatus,
+    ErrorRecord,
+    ItemReceipt,
+    SchemaConflict,
+    StateStore,
+)
 from airflow_connectors.transports import WorkItem
 
 log = logging.getLogger(__name__)
@@ -59,7 +79,12 @@ class BatchResult:
 
 def publish_committed(store: StateStore, ctx: BatchContext, batch_id: int, attempt: str) -> None:
     """Make a committed attempt's sink output visible, then record it published. Safe
-    to call again after a crash between the two: the sink's publish is idempotent."""
+    to call again after a crash between the two: the sink's publish is idempotent.
+
+    The sink gets the table as of its latest schema version: it holds the columns this
+    batch added (stored with its commit) and those of batches committed since, so the
+    table keeps every column whatever order batches publish in."""
+    ctx.table = batch_table(store, ctx.pipeline, ctx.table).table
     sink = ctx.sink()
     sink.state_store_url = store.url
     sink.publish(batch_id, attempt)
@@ -71,12 +96,75 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
     t0 = time.monotonic()
     batch = store.load_batch(batch_id)
     ctx = BatchContext.from_plan(batch.plan)
+    # The table as of its latest schema version (add_new_columns), with _rescued_data
+    # (rescue): what the batch reads and writes, and what publish makes the table.
+    base = batch_table(store, ctx.pipeline, ctx.table)
+    ctx.table = base.table
     if batch.status == BatchStatus.COMMITTED:
         if not batch.published and batch.attempt:
             publish_committed(store, ctx, batch_id, batch.attempt)
         log.info("%s batch %d is already committed; nothing to do", ctx.ref, batch_id)
         return BatchResult(batch_id, ctx.ref.endpoint_name, committed=False)
+    for _ in range(MAX_SCHEMA_CONFLICTS):
+        written = _write(store, ctx, batch.plan.items, spark)
+        if isinstance(written, BatchResult):
+            return written
+        if not isinstance(written, _Written):  # new columns: the batch again, wider
+            written.sink.discard(batch_id, ctx.attempt)
+            ctx.table = written.table
+            widened = _write(store, ctx, batch.plan.items, spark)
+            if isinstance(widened, BatchResult):
+                return widened
+            if not isinstance(widened, _Written):
+                message = (
+                    f"connector {ctx.ref}: batch {batch_id} read new fields again after "
+                    "its table was widened by them (the input changed while it was read); "
+                    "the next run retries it"
+                )
+                return _fail(store, ctx, widened.sink, message, "transport")
+            failpoints.reach("after_widened_write")
+            written = widened
+        try:
+            return _commit(store, ctx, base, written, t0)
+        except SchemaConflict:
+            # A concurrent batch stored a schema version since this one read the latest:
+            # read it again (its columns too) and redo the batch.
+            written.sink.discard(batch_id, ctx.attempt)
+            base = batch_table(store, ctx.pipeline, batch.plan.table)
+            ctx.table = base.table
+    message = (
+        f"connector {ctx.ref}: batch {batch_id} met {MAX_SCHEMA_CONFLICTS} concurrent schema "
+        "changes of its table; the next run retries it"
+    )
+    return _fail(store, ctx, ctx.sink(), message, "transport")
 
+
+#: Times a batch is redone after another batch stored a schema version meanwhile.
+MAX_SCHEMA_CONFLICTS = 3
+
+
+@dataclass
+class _Written:
+    """A batch attempt whose parts are staged: its sink and the tasks' answers."""
+
+    sink: Sink
+    results: list[dict[str, Any]]
+
+
+@dataclass
+class _Wider:
+    """An attempt that met fields the table lacks (``add_new_columns``): the table
+    widened by them, to run the batch again with."""
+
+    sink: Sink
+    table: TableSpec
+
+
+def _write(
+    store: StateStore, ctx: BatchContext, items: Sequence[WorkItem], spark: Callable[[], Any]
+) -> _Written | _Wider | BatchResult:
+    """Stages the batch's parts in a new attempt (steps 3 of the protocol)."""
+    batch_id = ctx.batch_id
     ctx.attempt = f"{store.start_attempt(batch_id)}-{uuid.uuid4().hex[:8]}"
     sink = ctx.sink()
     sink.state_store_url = store.url
@@ -95,7 +183,7 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
         # in the worker, see reader). A plain RDD job: Spark's pooled Python workers
         # start once per session, where reading through the data source would start
         # planner processes per batch.
-        rows = _run_tasks(session, ctx, batch.plan.items)
+        rows = _run_tasks(session, ctx, items)
     except Exception as exc:
         # Spark itself failed (a worker crashed, the JVM ran out of memory): one line of
         # the error, the whole Py4J text at DEBUG.
@@ -103,7 +191,7 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
         return _fail(store, ctx, sink, message, kind, exc)
     failpoints.reach("after_sink_write")
     results = sorted((json.loads(r) for r in rows), key=lambda d: d["part"])
-    failures = _failures(results, batch.plan.items, f"connector {ctx.ref}: batch {batch_id}")
+    failures = _failures(results, items, f"connector {ctx.ref}: batch {batch_id}")
     if failures:
         for f in failures:
             log.debug(
@@ -125,9 +213,34 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
             "parse" if first.stage == "parse" else "transport",
             source_key=first.key,
         )
+    found = new_fields(results)
+    if not found:
+        return _Written(sink, results)
+    try:
+        added = widen(ctx.table, found, f"connector {ctx.ref}: batch {batch_id}")
+    except EvolutionFailed as exc:
+        return _fail(store, ctx, sink, _masked(str(exc), ctx), "parse")
+    if not added:
+        return _Written(sink, results)
+    log.info(
+        "%s batch %d: new column(s) %s; the batch is read again with them",
+        ctx.ref,
+        batch_id,
+        ", ".join(str(c) for c in added),
+    )
+    columns = (*ctx.table.columns, *added)
+    return _Wider(sink, ctx.table.model_copy(update={"columns": columns}))
+
+
+def _commit(
+    store: StateStore, ctx: BatchContext, base: BatchSchema, written: _Written, t0: float
+) -> BatchResult:
+    """Steps 4 and 5: the state-store commit (with the batch's new schema version, if
+    it widened the table), then publish."""
+    batch_id, sink = ctx.batch_id, written.sink
     receipts: list[ItemReceipt] = []
     errors: list[ErrorRecord] = []
-    for data in results:
+    for data in written.results:
         receipts.append(ItemReceipt(**data["receipt"]))
         for e in data["errors"]:
             error = ErrorRecord(**e)
@@ -135,7 +248,13 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
                 error = ErrorRecord(error.kind, _masked(error.message, ctx), error.source_key)
                 log.warning("%s", error.message)
             errors.append(error)
-    if not store.commit_batch(batch_id, ctx.attempt, receipts, errors):
+    on_commit = None
+    if ctx.table.columns != base.table.columns:
+
+        def on_commit(conn: Any) -> None:
+            store_version(store, conn, ctx.pipeline, ctx.table, base, batch_id)
+
+    if not store.commit_batch(batch_id, ctx.attempt, receipts, errors, on_commit=on_commit):
         sink.discard(batch_id, ctx.attempt)  # another attempt won the commit
         return BatchResult(batch_id, ctx.ref.endpoint_name, committed=False)
     failpoints.reach("after_commit")

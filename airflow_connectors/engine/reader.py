@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_connectors.engine.context import BatchContext
-from airflow_connectors.formats.base import RecordError, conform
+from airflow_connectors.formats.base import NewFields, RecordError, conform
 from airflow_connectors.sinks.base import Kind, PartWriter, SinkConfig, SinkUnwritable
 from airflow_connectors.state.store import BatchPlan, ErrorRecord, ItemReceipt
 from airflow_connectors.transports import WorkItem
@@ -102,6 +102,9 @@ class ItemOutcome:
 
     receipt: ItemReceipt
     errors: list[ErrorRecord] = field(default_factory=list)
+    #: Fields the table lacks that the item held (``schema_evolution:
+    #: add_new_columns``), each with the SQL type texts of its values.
+    new_fields: dict[str, list[str]] = field(default_factory=dict)
 
 
 class _Counter:
@@ -433,6 +436,8 @@ def _sink_failure(ctx: BatchContext, item: WorkItem, e: BaseException) -> ItemFa
 
 def _ingest_item(task: _Task, item: WorkItem, out: _ItemParts) -> ItemOutcome:
     fmt = task.format()
+    if fmt is not None:
+        fmt.evolution.take()  # what an earlier (skipped) item met is not this item's
     ingest = _ItemIngest(task.ctx, item, task.transport(), out)
     rows = ingest.writer("rows")
     if fmt is None:  # integrated transport: record batches in the table schema
@@ -452,7 +457,17 @@ def _ingest_item(task: _Task, item: WorkItem, out: _ItemParts) -> ItemOutcome:
     return ItemOutcome(
         _receipt(item, offset, ingest.good, ingest.bad, nbytes, ingest.counted.retried.count),
         ingest.reported,
+        _new_fields(fmt),
     )
+
+
+def _new_fields(fmt: Format | None) -> dict[str, list[str]]:
+    """The new fields ``fmt`` met in the item (``add_new_columns``), for the driver."""
+    if fmt is None or fmt.evolution.mode != "add_new_columns":
+        return {}
+    from airflow_connectors.engine.evolution import item_fields
+
+    return item_fields(fmt.evolution.take())
 
 
 class _ItemIngest:
@@ -507,9 +522,24 @@ class _ItemIngest:
                 self.good += decoded.table.num_rows
                 self.reject(decoded.errors)
                 consumed = max(consumed, decoded.consumed)
+        except NewFields as e:
+            raise self._new_fields(e) from e
         except Exception as e:
             raise self.read_failed(e, f"cannot decode {item.key} as {fmt.name}") from e
         return consumed
+
+    def _new_fields(self, e: NewFields) -> ItemFailed:
+        """The item has fields the table lacks under ``fail_on_new_columns``: the batch
+        fails whatever ``errors.tolerance`` says (no record is bad)."""
+        ctx, item = self.ctx, self.item
+        names = ", ".join(e.fields)
+        message = (
+            f"connector {ctx.ref}: {item.key} has new field(s) {names} that table "
+            f"{ctx.table.name} lacks (schema_evolution: fail_on_new_columns); batch "
+            f"{ctx.batch_id} was not committed. Add the column(s) to the table, or set "
+            "schema_evolution: add_new_columns (or rescue, or none to ignore them)"
+        )
+        return ItemFailed(ItemFailure("parse", item.key, message))
 
     def reject(self, errors: list[RecordError]) -> None:
         """Bad records: the item fails under ``errors.tolerance: none``; under ``all``
@@ -679,6 +709,7 @@ def ingest_partition(plan: str, tasks: int, task: int, groups: Iterator[str]) ->
                         "part": index,
                         "receipt": outcome.receipt.to_json(),
                         "errors": [e.__dict__ for e in outcome.errors],
+                        **({"new_fields": outcome.new_fields} if outcome.new_fields else {}),
                     }
                 )
             )

@@ -201,7 +201,19 @@ def parquet_dataset(location: str) -> ds.Dataset | None:
 
     fs, path = filesystem(location)
     names = files(fs, path, ".parquet")
-    return ds.dataset(names, filesystem=fs, format="parquet") if names else None
+    if not names:
+        return None
+    dataset = ds.dataset(names, filesystem=fs, format="parquet")
+    # Files of several schema versions (schema_evolution: add_new_columns): read with
+    # their union, so a column a later batch added reads as null in earlier files
+    # (Spark's mergeSchema). One schema, the common case, is the dataset's own.
+    schemas = [f.physical_schema for f in dataset.get_fragments()]
+    if any(s != schemas[0] for s in schemas):
+        import pyarrow as pa
+
+        unified = pa.unify_schemas(schemas)
+        dataset = ds.dataset(names, filesystem=fs, format="parquet", schema=unified)
+    return dataset
 
 
 #: pyarrow's S3 errors (``AWS Error <CODE> during ...``) and what the user should do.

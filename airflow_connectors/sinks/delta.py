@@ -19,6 +19,11 @@ commit of a connector sets its app transaction, so two runs publishing the same 
 once conflict in Delta's optimistic concurrency and the loser re-checks; connectors of one
 table have their own app ids and their appends are retried by delta-rs.
 
+A batch that added columns (``schema_evolution: add_new_columns``) cannot be added as
+staged files (an add-files commit keeps the table's schema): its rows are written again
+by delta-rs with ``schema_mode="merge"``, in ONE commit that changes the schema, adds the
+rows and records the app transaction; earlier files read the new columns as null.
+
 Fail point ``delta_committed``: after the Delta commit of the rows, before the state
 store records the batch published.
 """
@@ -192,6 +197,7 @@ class _Part:
     size: int
     mtime_ms: int
     stats: str
+    columns: tuple[str, ...] = ()
 
 
 class DeltaSink(Sink):
@@ -202,6 +208,9 @@ class DeltaSink(Sink):
     name = "delta"
     Config = DeltaSinkConfig
     config: DeltaSinkConfig
+    #: Whether the last publish merged new columns into the table (see
+    #: :meth:`_append_merging`).
+    merged = False
 
     def location(self, kind: Kind = "rows") -> str:
         """``path``, or ``<warehouse>/<pipeline>/<table>``; dead letters beside it with ``__errors``."""
@@ -317,7 +326,13 @@ class DeltaSink(Sink):
                 for f in fields
             ]
 
-        if cols(want) != cols(have):
+        if self.table.evolution == "add_new_columns" and kind == "rows":
+            # Columns the table gained (schema versions only add columns): the Delta
+            # table takes them in the commit of the batch that brings them.
+            ok = set(cols(have)) <= set(cols(want))
+        else:
+            ok = cols(want) == cols(have)
+        if not ok:
             raise SinkUnwritable(
                 f"table {self.table.name}: the Delta table at {self.location(kind)} has "
                 f"columns ({', '.join(cols(have))}) but the pipeline declares "
@@ -343,11 +358,14 @@ class DeltaSink(Sink):
         """Commits the attempt's dead letters, then its rows, each in one Delta commit
         recording the batch as the connector's app transaction; a batch already
         recorded is not added again. Then removes other attempts of the batch."""
+        self.merged = False
         self._commit("errors", batch_id, attempt)
         self._commit("rows", batch_id, attempt)
         failpoints.reach("delta_committed")
         for kind in KINDS:
-            self._drop_attempts(kind, batch_id, keep=attempt)
+            # A commit that merged columns wrote the rows anew: its staged files are
+            # listed nowhere and go too (a listed file is never removed).
+            self._drop_attempts(kind, batch_id, keep=None if self.merged else attempt)
 
     def _commit(self, kind: Kind, batch_id: int, attempt: str) -> None:
         from deltalake.exceptions import CommitFailedError, DeltaError
@@ -364,7 +382,10 @@ class DeltaSink(Sink):
                     self._create(kind, batch_id, attempt, parts)
                 else:
                     self._check_schema(dt, kind)
-                    self._append(dt, kind, batch_id, attempt, parts)
+                    if self._new_columns(dt, parts):
+                        self._append_merging(dt, kind, batch_id, attempt, parts)
+                    else:
+                        self._append(dt, kind, batch_id, attempt, parts)
                 return
             except CommitFailedError:
                 continue  # a concurrent commit of this connector: look again
@@ -442,6 +463,7 @@ class DeltaSink(Sink):
                         int(info.size or 0),
                         int(mtime * 1000),
                         _stats(meta),
+                        tuple(meta.schema.to_arrow_schema().names),
                     )
                 )
         except OSError as e:
@@ -492,6 +514,46 @@ class DeltaSink(Sink):
             self.schema(kind),
             commit_properties=self._properties(batch_id, attempt, version),
         )
+
+    def _new_columns(self, dt: DeltaTable, parts: list[_Part]) -> list[str]:
+        """The columns of the attempt's parts the Delta table lacks (a batch that added
+        columns, ``schema_evolution: add_new_columns``)."""
+        if not parts:
+            return []
+        have = {f.name for f in dt.schema().fields}
+        return [n for n in parts[0].columns if n not in have]
+
+    def _append_merging(
+        self, dt: DeltaTable, kind: Kind, batch_id: int, attempt: str, parts: list[_Part]
+    ) -> None:
+        """The batch's rows with the columns it added, in ONE Delta commit that also
+        changes the table's schema (delta-rs ``schema_mode="merge"``) and records the
+        batch as the connector's app transaction. delta-rs writes the rows again as
+        files of its own (adding staged files cannot change the schema); the staged
+        ones are dropped after the commit. Earlier files read the new columns as null."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from deltalake import write_deltalake
+
+        fs, _ = _fs.filesystem(self.location(kind))
+        root = _fs.filesystem(self.location(kind))[1]
+        paths = [f"{root}/{p.path}" for p in parts]
+        schema = pq.read_schema(paths[0], filesystem=fs)
+
+        def batches() -> Any:
+            for path in paths:  # one file at a time: memory stays bounded
+                with fs.open_input_file(path) as fh:
+                    yield from pq.ParquetFile(fh).iter_batches()
+
+        version = max(batch_id, dt.transaction_version(self.app_id) or -1)
+        write_deltalake(
+            dt,
+            pa.RecordBatchReader.from_batches(schema, batches()),
+            mode="append",
+            schema_mode="merge",
+            commit_properties=self._properties(batch_id, attempt, version),
+        )
+        self.merged = True
 
     # -- discard -------------------------------------------------------------------
 

@@ -9,6 +9,11 @@ no renames: a part writer uploads its staged object under its final staged name,
 publish copies each staged part server-side to its deterministic table name
 ``part-<batch>-<part>.parquet``, then deletes the staging. A publish repeated after a
 crash (or beside a zombie's) overwrites the same objects, never adds others.
+
+A batch that added columns (``schema_evolution: add_new_columns``) writes files with
+them; earlier files lack them. Readers merge the files' schemas (``spark.read.option(
+"mergeSchema", "true")``, DuckDB ``union_by_name``, :meth:`Sink.read`), so earlier rows
+read the new columns as null.
 """
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ after a crash, or run twice at once (the second waits on the first's key, then f
 adds nothing. The attempt is part of the key, so a state store started afresh, whose
 batch ids an older life of the connector used, still publishes its own batches.
 
+Under ``schema_evolution: add_new_columns`` the columns a batch added are added to the
+target (``ALTER TABLE ... ADD COLUMN``, NULL in earlier rows) inside that same publish
+transaction, never before: ``prepare`` stages the batch with them but leaves the target
+as it is.
+
 Fail point ``postgres_committed``: after the PostgreSQL commit, before the state store
 records the batch published.
 """
@@ -358,8 +363,24 @@ class PostgresSink(Sink):
         cur.execute("SELECT to_regclass($1) IS NOT NULL", (f"{quoted(schema)}.{quoted(name)}",))
         return bool(cur.fetchone()[0])
 
-    def _ensure_table(self, cur: Any, schema: str, kind: Kind) -> None:
-        """The target (or errors) table exists with every column, else SinkUnwritable."""
+    @property
+    def evolving(self) -> bool:
+        """Whether batches may add columns (``schema_evolution: add_new_columns``): the
+        target gains them in the transaction that publishes the batch bringing them."""
+        return self.table.evolution == "add_new_columns"
+
+    def _columns(self, cur: Any, schema: str, name: str) -> list[str]:
+        cur.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position",
+            (schema, name),
+        )
+        return [str(r[0]) for r in cur.fetchall()]
+
+    def _ensure_table(self, cur: Any, schema: str, kind: Kind, *, alter: bool = True) -> None:
+        """The target (or errors) table exists with every column, else SinkUnwritable.
+        ``alter=False``: columns it lacks are left for publish to add (an evolving
+        table's new columns, added with the batch that brings them)."""
         name = self.target(kind)[1]
         want = self.schema(kind)
         full = f"{quoted(schema)}.{quoted(name)}"
@@ -378,7 +399,9 @@ class PostgresSink(Sink):
         )
         have = {str(r[0]) for r in cur.fetchall()}
         missing = [f for f in want if f.name not in have]
-        if missing and not self.config.create_table:
+        if not alter:
+            return
+        if missing and not self.config.create_table and not self.evolving:
             raise SinkUnwritable(
                 f"table {self.table.name}: {schema}.{name} at {self.where()} lacks column(s) "
                 f"{', '.join(f.name for f in missing)}; add them, or set create_table: true "
@@ -420,7 +443,7 @@ class PostgresSink(Sink):
                     f"{self.where()}; create it (CREATE SCHEMA {schema}) or set the sink's schema"
                 )
             self._ensure_batches(cur, schema)
-            self._ensure_table(cur, schema, "rows")
+            self._ensure_table(cur, schema, "rows", alter=not self.evolving)
             for kind in KINDS:
                 stage = f"{quoted(schema)}.{quoted(self.stage(batch_id, attempt, kind))}"
                 cur.execute(f"DROP TABLE IF EXISTS {stage}")
@@ -432,7 +455,11 @@ class PostgresSink(Sink):
         """Prepares (never runs) publish's ``INSERT ... SELECT``: an existing table whose
         column types cannot take the rows fails here, before Spark, not after the commit."""
         target = f"{quoted(schema)}.{quoted(self.target()[1])}"
-        cols = ", ".join(quoted(n) for n in self.schema("rows").names)
+        names = self.schema("rows").names
+        if self.evolving:  # the columns publish adds are not checked (they are new)
+            have = set(self._columns(cur, schema, self.target()[1]))
+            names = [n for n in names if n in have]
+        cols = ", ".join(quoted(n) for n in names)
         try:
             cur.execute(
                 f"PREPARE _ac_insert_check AS INSERT INTO {target} ({cols}) "
@@ -499,15 +526,24 @@ class PostgresSink(Sink):
                 )
         cur.execute(f"SELECT EXISTS (SELECT FROM {quoted(schema)}.{quoted(stages['errors'])})")
         dead_letters = bool(cur.fetchone()[0])
-        if dead_letters:  # the errors table waits for the first dead letter
+        staged_columns = [c for c in self._columns(cur, schema, stages["rows"]) if c != PART_COLUMN]
+        if self.evolving or dead_letters:
             self._lock_ddl(cur)
+        if self.evolving:
+            # Columns the batch added: ALTER TABLE ... ADD COLUMN in this transaction, so
+            # they appear with the batch's rows or not at all.
+            self._ensure_table(cur, schema, "rows")
+        if dead_letters:  # the errors table waits for the first dead letter
             self._ensure_table(cur, schema, "errors")
         counts: dict[Kind, int] = {"rows": 0, "errors": 0}
         for kind, stage in stages.items():
             staged = f"{quoted(schema)}.{quoted(stage)}"
             if kind == "rows" or dead_letters:
                 target = f"{quoted(schema)}.{quoted(self.target(kind)[1])}"
-                cols = ", ".join(quoted(n) for n in self.schema(kind).names)
+                # The staged columns: a batch staged before a later batch added columns
+                # (published after it) has fewer than the table; they stay NULL.
+                names = staged_columns if kind == "rows" else self.schema(kind).names
+                cols = ", ".join(quoted(n) for n in names)
                 cur.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {staged}")
                 counts[kind] = max(int(cur.rowcount), 0)
             cur.execute(f"DROP TABLE {staged}")
