@@ -282,6 +282,14 @@ class ConnectorPipeline:
     ) -> Any:
         p = self.spec.name
         trigger = connector.trigger
+        if trigger and trigger.partitioned and trigger.schedule:
+            from airflow_connectors.airflow.timetables import ConnectorPartitionTimetable
+
+            # One Airflow partition per tick. Airflow runs a partitioned DAG on its
+            # timetable only: start_after is enforced by the gate of each run.
+            return ConnectorPartitionTimetable(
+                CRON_PRESETS.get(trigger.schedule, trigger.schedule), timezone="UTC"
+            )
         condition: Any = None
         if waits_for:
             condition = AssetAll(*(connector_asset(p, t, c) for t, c in waits_for))

@@ -1,5 +1,6 @@
-"""The cron timetable of connector DAGs: runs on cron ticks, never for a tick that
-has already passed.
+"""The cron timetables of connector DAGs: runs on cron ticks, never for a tick that
+has already passed; the partitioned one (``trigger: {partitioned: true}``) makes each
+run an Airflow partition.
 
 Airflow's ``CronTriggerTimetable`` with ``catchup=False`` still starts a run for the
 most recent past tick as soon as a DAG appears (or comes back after the scheduler was
@@ -11,8 +12,14 @@ therefore schedules the next tick at or after *now*, or after the last run's tic
 whichever is later. Backfills (``airflow backfill create``) and manual runs are not
 affected.
 
-Registered with Airflow through the provider's plugin (``timetables``), as custom
-timetables must be, so the scheduler can deserialize it.
+``ConnectorPartitionTimetable`` is Airflow's ``CronPartitionTimetable`` with the same
+rule: each run carries a partition key (the tick, ``%Y-%m-%dT%H:%M:%S`` in UTC, the
+format Airflow's temporal partition mappers read) and no logical date; the connector's
+finished event is a partitioned asset event, and ``airflow backfill create`` makes one
+run per partition (``--reprocess-behavior failed`` re-runs the failed ones only).
+
+Both are registered with Airflow through the provider's plugin (``timetables``), as custom
+timetables must be, so the scheduler can deserialize them.
 """
 
 from __future__ import annotations
@@ -21,10 +28,27 @@ from typing import TYPE_CHECKING
 
 from airflow._shared.timezones.timezone import coerce_datetime, utcnow
 from airflow.timetables.base import DagRunInfo
-from airflow.timetables.trigger import CronTriggerTimetable
+from airflow.timetables.trigger import CronPartitionTimetable, CronTriggerTimetable
 
 if TYPE_CHECKING:
     from airflow.timetables.base import DataInterval, TimeRestriction
+    from pendulum import DateTime
+
+
+def _next_tick(
+    timetable: CronTriggerTimetable, last_tick: DateTime | None, restriction: TimeRestriction
+) -> DateTime | None:
+    """The next tick at or after now (or after ``last_tick``, or ``earliest``, whichever
+    is latest); None past ``latest``."""
+    candidates = [timetable._align_to_next(coerce_datetime(utcnow()))]
+    if last_tick is not None:
+        candidates.append(timetable._get_next(coerce_datetime(last_tick)))
+    if restriction.earliest is not None:
+        candidates.append(timetable._align_to_next(coerce_datetime(restriction.earliest)))
+    next_start = coerce_datetime(max(candidates))
+    if restriction.latest is not None and restriction.latest < next_start:
+        return None
+    return next_start
 
 
 class ConnectorCronTimetable(CronTriggerTimetable):
@@ -43,12 +67,40 @@ class ConnectorCronTimetable(CronTriggerTimetable):
                 last_automated_data_interval=last_automated_data_interval,
                 restriction=restriction,
             )
-        candidates = [self._align_to_next(coerce_datetime(utcnow()))]
-        if last_automated_data_interval is not None:
-            candidates.append(self._get_next(last_automated_data_interval.end))
-        if restriction.earliest is not None:
-            candidates.append(self._align_to_next(restriction.earliest))
-        next_start = max(candidates)
-        if restriction.latest is not None and restriction.latest < next_start:
+        last = last_automated_data_interval.end if last_automated_data_interval else None
+        next_start = _next_tick(self, last, restriction)
+        if next_start is None:
             return None
         return DagRunInfo.interval(coerce_datetime(next_start - self._interval), next_start)
+
+
+class ConnectorPartitionTimetable(CronPartitionTimetable):
+    """``CronPartitionTimetable`` whose scheduled runs are only for ticks not yet passed:
+    one partition per tick, keyed by the tick."""
+
+    def next_dagrun_info_v2(
+        self,
+        *,
+        last_dagrun_info: DagRunInfo | None,
+        restriction: TimeRestriction,
+    ) -> DagRunInfo | None:
+        """Without catchup: the partition of the next tick after now (or after the last
+        run's, or ``earliest``, whichever is latest), never one of a tick that passed
+        while the DAG was off; those are for ``airflow backfill create``."""
+        if restriction.catchup:
+            return super().next_dagrun_info_v2(
+                last_dagrun_info=last_dagrun_info, restriction=restriction
+            )
+        last = last_dagrun_info.run_after if last_dagrun_info else None
+        next_start = _next_tick(self, last, restriction)
+        if next_start is None:
+            return None
+        partition_date, partition_key = self._get_partition_info(
+            run_date=coerce_datetime(next_start)
+        )
+        return DagRunInfo(
+            run_after=coerce_datetime(next_start),
+            data_interval=None,
+            partition_date=partition_date,
+            partition_key=partition_key,
+        )

@@ -506,6 +506,7 @@ class _Validator:
                     )
                 continue
             ok = self.labels(cpath, spec) and ok
+            ok = self.partitioned(cpath, spec) and ok
             self.parsed.append((table, i, spec))
             spec = _resolve_connector(
                 spec,
@@ -530,6 +531,29 @@ class _Validator:
                 self.error([*cpath, "labels", j], f"label {label!r} must be {LABEL_RULE}")
                 ok = False
         return ok
+
+    def partitioned(self, cpath: list[str | int], spec: ConnectorSpec) -> bool:
+        """Whether a partitioned trigger has what Airflow partitions need: a schedule
+        (one partition per tick) and no event trigger (an event run has no partition)."""
+        trigger = spec.trigger
+        if trigger is None or not trigger.partitioned:
+            return True
+        path = [*cpath, "trigger", "partitioned"]
+        if not trigger.schedule:
+            self.error(
+                path,
+                "partitioned needs a schedule (one Airflow partition per tick); add "
+                "schedule: '@daily' (or another cron) to the trigger, or drop partitioned",
+            )
+            return False
+        if trigger.on == "new_data":
+            self.error(
+                path,
+                "partitioned runs come from the schedule only; drop on: new_data (a run "
+                "started by new data has no partition) or drop partitioned",
+            )
+            return False
+        return True
 
     def model(self, path: list[str | int], cls: type[M], doc: Any) -> M | None:
         return validated(path, cls, doc, self.errors)

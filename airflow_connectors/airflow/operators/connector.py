@@ -98,8 +98,11 @@ class _ConnectorOperator(BaseOperator):
         """Render the configs, then register every secret in them (URL passwords, fields
         named or marked secret) with Airflow's secrets masker, before Airflow stores the
         rendered fields or writes a log line: the UI, the task log and tracebacks show
-        ``***`` instead."""
-        super().render_template_fields(context, jinja_env)
+        ``***`` instead. A partitioned run (no logical date) renders ``{{ ds }}``... from
+        its partition's date."""
+        from airflow_connectors.airflow.partitions import with_partition_dates
+
+        super().render_template_fields(with_partition_dates(context), jinja_env)
         for secret in self.secrets():
             mask_secret(secret)
 
@@ -409,14 +412,18 @@ class ConnectorFinalizeOperator(_ConnectorOperator):
     ui_color = "#e6f4ea"
 
     def execute(self, context: Context) -> dict[str, Any]:
-        """Returns ``{"finished": bool, "metrics": {...}}`` (the connector's counters)."""
+        """Returns ``{"finished": bool, "metrics": {...}}`` (the connector's counters);
+        in a partitioned run also ``"slice_finished"``: the run's own slice is ingested."""
+        from airflow_connectors.airflow.partitions import slice_finished
         from airflow_connectors.engine.discovery import finalize
 
         settings = Settings.load()
         ctx = self.batch_context(settings)
+        partitioned = context.get("partition_key") is not None
         with _state_store(settings) as store:
             finished = finalize(store, ctx, own_slice_only=self.templated)
             st = store.status(ctx.ref)
+            done = slice_finished(store, ctx) if partitioned else None
         assert st is not None
         metrics = _metrics(st)
         self.log.info(
@@ -425,6 +432,8 @@ class ConnectorFinalizeOperator(_ConnectorOperator):
             "finished" if finished else "not finished",
             json.dumps(metrics),
         )
+        if partitioned:
+            return {"finished": finished, "metrics": metrics, "slice_finished": done}
         return {"finished": finished, "metrics": metrics}
 
 

@@ -8,16 +8,19 @@ from airflow.plugins_manager import AirflowPlugin
 
 from airflow_connectors.airflow.api.connect import create_app
 from airflow_connectors.airflow.api.connect.app import BaseUrlWithoutSlash
-from airflow_connectors.airflow.timetables import ConnectorCronTimetable
+from airflow_connectors.airflow.timetables import (
+    ConnectorCronTimetable,
+    ConnectorPartitionTimetable,
+)
 
 
 class AirflowConnectorsPlugin(AirflowPlugin):
     """The plugin Airflow loads: the ``/connect`` REST API, the Connectors page and the
-    cron timetable of connector DAGs."""
+    cron timetables of connector DAGs (plain and partitioned)."""
 
     name = "airflow_connectors"
     # Custom timetables must be registered for the scheduler to deserialize them.
-    timetables = [ConnectorCronTimetable]  # noqa: RUF012 - Airflow's plugin attribute
+    timetables = [ConnectorCronTimetable, ConnectorPartitionTimetable]  # noqa: RUF012 - Airflow's plugin attribute
     fastapi_apps = [  # noqa: RUF012 - Airflow's plugin attribute
         {"app": create_app(), "url_prefix": "/connect", "name": "Connectors API"},
     ]

@@ -2,9 +2,12 @@
 
 ``ConnectorNewDataTrigger`` is an event trigger for an ``AssetWatcher``: a connector with
 ``trigger: {on: new_data}`` is scheduled on an asset it watches. It fires once per new
-set of data: the digest of what discovery would find is recorded in the state store
-before the event, so the triggerer's restart of the trigger after each event (and a
-second triggerer) does not fire again for the same data. ``ConnectorDataAvailableTrigger``
+set of data: the digest of what discovery would find is recorded before the event, so
+the triggerer's restart of the trigger after each event (and a second triggerer) does
+not fire again for the same data. The digest is kept in Airflow's asset state store of
+the watched asset (key :data:`FINGERPRINT_KEY`; Airflow 3.3+, experimental there), where
+the triggerer injects it and the UI and REST API show it; where Airflow gives the trigger
+no asset state store, in the connector's row of our state store. ``ConnectorDataAvailableTrigger``
 is the deferral trigger of :class:`ConnectorNewDataSensor`: it fires whenever something
 is there to ingest.
 
@@ -15,6 +18,7 @@ bundle, which is why they live here.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,6 +26,10 @@ from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
 from airflow_connectors.settings import Settings
 from airflow_connectors.state.store import ConnectorRef, StateStore
+
+#: The watched asset's state-store key holding what the trigger last fired for:
+#: ``{"fingerprint": <digest>, "fired_at": <ISO time>}``.
+FINGERPRINT_KEY = "connector_new_data"
 
 
 def probe(
@@ -85,9 +93,7 @@ class _Poll:
 
     async def _poll(self, *, record: bool) -> AsyncIterator[TriggerEvent]:
         while True:
-            fingerprint = await asyncio.to_thread(
-                probe, self.pipeline, self.table, self.connector, record=record
-            )
+            fingerprint = await self._probe(record=record)
             if fingerprint is not None:
                 yield TriggerEvent(  # type: ignore[no-untyped-call]  # Airflow's is untyped
                     {
@@ -99,6 +105,13 @@ class _Poll:
                 return
             await asyncio.sleep(self.poll_interval)
 
+    async def _probe(self, *, record: bool) -> str | None:
+        """What discovery would find now (see :func:`probe`); ``record``: claimed in our
+        state store."""
+        return await asyncio.to_thread(
+            probe, self.pipeline, self.table, self.connector, record=record
+        )
+
 
 class ConnectorNewDataTrigger(_Poll, BaseEventTrigger):
     """Fires once each time new data appears for the connector (for ``AssetWatcher``)."""
@@ -109,6 +122,24 @@ class ConnectorNewDataTrigger(_Poll, BaseEventTrigger):
         async for event in self._poll(record=True):
             self.log.info("connector %s has new data: firing", self.ref)
             yield event
+
+    async def _probe(self, *, record: bool) -> str | None:
+        """With an asset state store (the triggerer's, for the watched asset): the digest
+        of what discovery finds unless it is the one recorded there, recorded before the
+        event. A trigger runs in one triggerer at a time, so read-then-write claims it.
+        Without one: claimed in our state store."""
+        states = self.asset_state_store
+        if states is None:
+            return await super()._probe(record=record)
+        fingerprint = await super()._probe(record=False)
+        if fingerprint is None:
+            return None
+        last = await states.aget(FINGERPRINT_KEY)
+        if isinstance(last, dict) and last.get("fingerprint") == fingerprint:
+            return None
+        fired_at = dt.datetime.now(dt.UTC).isoformat()
+        await states.aset(FINGERPRINT_KEY, {"fingerprint": fingerprint, "fired_at": fired_at})
+        return fingerprint
 
 
 class ConnectorDataAvailableTrigger(_Poll, BaseTrigger):
