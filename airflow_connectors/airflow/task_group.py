@@ -144,16 +144,16 @@ def _pick(spec: PipelineSpec, connector: str | None) -> tuple[TableSpec, Connect
 
 def _refuse_own_dag_fields(name: str, connector: ConnectorSpec) -> None:
     """A field a connector's own DAG renders cannot apply inside the user's DAG: say so
-    rather than drop it."""
-    if connector.trigger is not None:
-        raise ValueError(
-            f"connector {name}: its trigger ({connector.trigger.model_dump(exclude_defaults=True)}) "
-            "schedules the connector's own DAG; inside your DAG its schedule runs the "
-            "connector: remove trigger from the connector, or render it with ConnectorPipeline"
-        )
+    rather than drop it. Freshness first: it needs a schedule, which is the trigger."""
     if connector.freshness is not None:
         raise ValueError(
             f"connector {name}: freshness becomes a deadline alert of the connector's own "
             "DAG; inside your DAG give the DAG a deadline (DAG(deadline=...)) and remove "
             "freshness from the connector, or render it with ConnectorPipeline"
+        )
+    if connector.trigger is not None:
+        raise ValueError(
+            f"connector {name}: its trigger ({connector.trigger.model_dump(exclude_defaults=True)}) "
+            "schedules the connector's own DAG; inside your DAG its schedule runs the "
+            "connector: remove trigger from the connector, or render it with ConnectorPipeline"
         )
