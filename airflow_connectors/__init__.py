@@ -49,6 +49,16 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": integration, "python-modules": [f"{modules}.triggers.new_data"]}
         ],
         "hooks": [{"integration-name": integration, "python-modules": [f"{modules}.hooks.spark"]}],
+        # connector://<pipeline>/<table>/<connector>: the asset a connector emits an event
+        # on when it finishes; OpenLineage names it <table>/<connector> in
+        # connector://<pipeline>.
+        "asset-uris": [
+            {
+                "schemes": ["connector"],
+                "handler": f"{modules}.lineage.sanitize_uri",
+                "to_openlineage_converter": f"{modules}.lineage.convert_asset_to_openlineage",
+            }
+        ],
         "config": {
             "connectors": {
                 "description": "airflow-connectors settings.",

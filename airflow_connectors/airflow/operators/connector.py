@@ -35,6 +35,7 @@ from airflow_connectors.airflow.hooks.spark import (
     define_local_connection,
     spark_submit_binary,
 )
+from airflow_connectors.airflow.lineage import remember_finished, remember_ingest
 from airflow_connectors.engine.package import submit_options
 from airflow_connectors.engine.spark import ingest_submit_conf
 from airflow_connectors.settings import Settings, SettingsError
@@ -358,6 +359,7 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         super().execute(context)
         with _state_store(settings) as store:
             batch = store.load_batch(self.batch_id)
+            remember_ingest(self, store, batch)
         self.log.info(
             "connector %s.%s: batch %d %s: %s records",
             self.pipeline,
@@ -366,6 +368,13 @@ class ConnectorIngestOperator(SparkSubmitOperator):
             batch.status,
             batch.records,
         )
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the source the batch read, the table it wrote with its schema and
+        the batch's rows and source bytes (see :mod:`..lineage`)."""
+        from airflow_connectors.airflow.lineage import operator_lineage
+
+        return operator_lineage(self)
 
     def _get_hook(self) -> Any:
         """The stock hook, configured through Airflow's public surfaces before it is built:
@@ -473,6 +482,15 @@ class ConnectorFinishedOperator(BaseOperator):
             )
         context["outlet_events"][self.asset].extra.update(_metrics(st))
         self.log.info("connector %s finished: asset event on %s", ref, self.asset.uri)
+        with _state_store(Settings.load()) as store:
+            remember_finished(self, context, store, ref)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the source, the table with the rows and source bytes of the
+        run's batches, and the connector's asset (see :mod:`..lineage`)."""
+        from airflow_connectors.airflow.lineage import operator_lineage
+
+        return operator_lineage(self)
 
 
 def _metrics(st: Any) -> dict[str, Any]:
