@@ -260,6 +260,12 @@ class ConnectorPipeline:
             "default_args": self.default_args,
             **self.dag_kwargs,
         }
+        if connector.freshness is not None:
+            from airflow_connectors.airflow.freshness import with_freshness
+
+            dag_args["deadline"] = with_freshness(
+                dag_args.get("deadline"), p, table.name, connector.name, connector.freshness
+            )
         with DAG(**dag_args) as dag:
             connector_tasks(
                 self.spec,

@@ -507,6 +507,7 @@ class _Validator:
                 continue
             ok = self.labels(cpath, spec) and ok
             ok = self.partitioned(cpath, spec) and ok
+            ok = self.freshness(cpath, spec) and ok
             self.parsed.append((table, i, spec))
             spec = _resolve_connector(
                 spec,
@@ -551,6 +552,27 @@ class _Validator:
                 path,
                 "partitioned runs come from the schedule only; drop on: new_data (a run "
                 "started by new data has no partition) or drop partitioned",
+            )
+            return False
+        return True
+
+    def freshness(self, cpath: list[str | int], spec: ConnectorSpec) -> bool:
+        """Whether the connector's ``freshness`` can be checked; reports why not."""
+        if spec.freshness is None:
+            return True
+        if spec.freshness.total_seconds() <= 0:
+            self.error(
+                [*cpath, "freshness"],
+                f"freshness must be a positive duration such as '2h' or '30m', got {spec.freshness}",
+            )
+            return False
+        if spec.trigger is None or not spec.trigger.schedule:
+            self.error(
+                [*cpath, "freshness"],
+                "freshness is checked each time a run of the connector starts, and without a "
+                "schedule no run starts while no data arrives; add trigger.schedule (no longer "
+                "than the freshness, e.g. '@hourly' for freshness: 2h; with on: new_data it "
+                "adds to the event trigger)",
             )
             return False
         return True

@@ -80,6 +80,17 @@ class Batches(Connectors):
         """Every batch of the connector, in any status, oldest first."""
         return self._batches(ref, sa.true())
 
+    def last_committed_at(self, ref: ConnectorRef) -> float | None:
+        """When the connector's latest batch committed (epoch seconds); None when none
+        has (what a ``freshness`` alert compares with)."""
+        with self.tx() as conn:
+            value = conn.execute(
+                sa.select(sa.func.max(s.batches.c.committed_at)).where(
+                    ref.where(s.batches), s.batches.c.status == BatchStatus.COMMITTED.value
+                )
+            ).scalar()
+        return None if value is None else float(value)
+
     def _batches(self, ref: ConnectorRef, cond: sa.ColumnElement[bool]) -> list[Batch]:
         with self.tx() as conn:
             rows = conn.execute(

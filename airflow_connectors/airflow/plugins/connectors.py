@@ -8,6 +8,7 @@ from airflow.plugins_manager import AirflowPlugin
 
 from airflow_connectors.airflow.api.connect import create_app
 from airflow_connectors.airflow.api.connect.app import BaseUrlWithoutSlash
+from airflow_connectors.airflow.freshness import ConnectorLastCommit
 from airflow_connectors.airflow.timetables import (
     ConnectorCronTimetable,
     ConnectorPartitionTimetable,
@@ -21,6 +22,8 @@ class AirflowConnectorsPlugin(AirflowPlugin):
     name = "airflow_connectors"
     # Custom timetables must be registered for the scheduler to deserialize them.
     timetables = [ConnectorCronTimetable, ConnectorPartitionTimetable]  # noqa: RUF012 - Airflow's plugin attribute
+    # Custom deadline references too: the freshness alert's "time since the last commit".
+    deadline_references = [ConnectorLastCommit]  # noqa: RUF012 - Airflow's plugin attribute
     fastapi_apps = [  # noqa: RUF012 - Airflow's plugin attribute
         {"app": create_app(), "url_prefix": "/connect", "name": "Connectors API"},
     ]
