@@ -23,10 +23,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.redact import mask_url
+from airflow_connectors.transports._http import HttpConnection, http_connection
 from airflow_connectors.transports.base import Cursor, KeyOffset, Limits, Transport, WorkItem
 
 if TYPE_CHECKING:
@@ -42,11 +43,20 @@ _VALIDATORS = {"etag": "etag", "last_modified": "last-modified"}
 class UrlInputConfig(StrictConfig):
     """Config of ``url_input``: Feldera's HTTP GET connector."""
 
+    http_conn_id: str | None = Field(
+        default=None,
+        description="Airflow HTTP connection whose host (with its schema, http or https, "
+        "and port) is the base URL a relative path is joined to; its extra's entries (or "
+        'its "headers" object) are sent as request headers and its login and password as '
+        "basic auth. The credentials stay in Airflow: never in the spec, the batch plan, "
+        "logs or the REST API.",
+    )
     path: str = Field(
         min_length=1,
         description="The http:// or https:// URL whose body is read (GET). A user and "
         "password in it (https://user:password@host/...) are sent as basic auth and "
-        "masked in logs, errors and the REST API.",
+        "masked in logs, errors and the REST API. With http_conn_id it may be a path "
+        "(/data/prices.json), joined to the connection's base URL.",
     )
     timeout: float = Field(
         default=30.0,
@@ -72,10 +82,21 @@ class UrlInputConfig(StrictConfig):
 
     @field_validator("path")
     @classmethod
-    def _http_only(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError(f"expected an http:// or https:// URL, got {mask_url(v)!r}")
+    def _http_only(cls, v: str, info: ValidationInfo) -> str:
+        if not _absolute(v) and ("://" in v or not info.data.get("http_conn_id")):
+            hint = "" if "://" in v else " (a path relative to a base URL needs http_conn_id)"
+            raise ValueError(f"expected an http:// or https:// URL, got {mask_url(v)!r}{hint}")
         return v
+
+    def url(self, base_url: str | None) -> str:
+        """The URL read: ``path``, joined to ``base_url`` (the connection's) when relative."""
+        if _absolute(self.path) or not base_url:
+            return self.path
+        return base_url.rstrip("/") + "/" + self.path.lstrip("/")
+
+
+def _absolute(path: str) -> bool:
+    return path.startswith(("http://", "https://"))
 
 
 @dataclass(frozen=True)
@@ -98,12 +119,40 @@ class UrlInputTransport(Transport):
     name = "url_input"
     Config = UrlInputConfig
     config: UrlInputConfig
+    _connection: HttpConnection | None = None
+
+    @property
+    def connection(self) -> HttpConnection:
+        """The ``http_conn_id`` connection, resolved once (none: no base URL, headers or
+        auth beyond the URL's own)."""
+        if self._connection is None:
+            conn_id = self.config.http_conn_id
+            self._connection = http_connection(conn_id) if conn_id else HttpConnection(None)
+        return self._connection
+
+    @property
+    def url(self) -> str:
+        """The URL read: the work item's key (no credential in it but a URL's own)."""
+        if self.config.http_conn_id is None:
+            return self.config.path
+        return self.config.url(self.connection.base_url)
+
+    def _client(self) -> httpx.Client:
+        import httpx
+
+        conn = self.connection
+        return httpx.Client(
+            timeout=self.config.timeout,
+            follow_redirects=False,
+            headers=dict(conn.headers),
+            auth=conn.auth,
+        )
 
     def discover(self, cursor: Cursor, limits: Limits) -> Iterator[WorkItem]:
         """At most one item: the rest of the body after the committed offset (one range of
         ``range_bytes`` for line formats). Raises :class:`BodyChanged` when the body is no
         longer the one whose first bytes were committed."""
-        key = self.config.path
+        key = self.url
         done = cursor.get(key)
         if key in cursor.in_flight or (done is not None and done.completed):
             return
@@ -144,15 +193,15 @@ class UrlInputTransport(Transport):
     def exhausted(self, cursor: Cursor) -> bool | None:
         """True once the whole body is committed."""
         # Decided from the offsets alone: finalize then asks the server nothing.
-        done = cursor.get(self.config.path)
+        done = cursor.get(self.url)
         return done is not None and done.completed
 
     def _head(self) -> _Head | None:
         import httpx
 
         try:
-            with httpx.Client(timeout=self.config.timeout, follow_redirects=False) as client:
-                resp = client.head(self.config.path, headers={"Accept-Encoding": "identity"})
+            with self._client() as client:
+                resp = client.head(self.url, headers={"Accept-Encoding": "identity"})
         except httpx.HTTPError:
             return None
         if not 200 <= resp.status_code < 300:
@@ -191,7 +240,7 @@ class UrlInputTransport(Transport):
 
     def _changed(self, what: str, committed: int) -> BodyChanged:
         return BodyChanged(
-            f"url_input: {mask_url(self.config.path)} changed after {committed} bytes of it "
+            f"url_input: {mask_url(self.url)} changed after {committed} bytes of it "
             f"were committed ({what}); the rest is not read, so rows of two versions never "
             "mix. To read the new body from the start, stop the connector, reset its offsets "
             "and resume it"
@@ -221,7 +270,6 @@ class UrlInputTransport(Transport):
             raise OSError(f"url_input: GET {mask_url(item.key)} failed: {_reason(e)}") from e
 
     def _get(self, item: WorkItem) -> Iterator[bytes]:
-        import httpx
 
         if item.end is not None and item.start >= item.end:
             return  # an empty body, or an empty rest
@@ -231,7 +279,7 @@ class UrlInputTransport(Transport):
             last = "" if item.end is None else str(item.end - 1)
             headers["Range"] = f"bytes={item.start}-{last}"
         with (
-            httpx.Client(timeout=self.config.timeout, follow_redirects=False) as client,
+            self._client() as client,
             client.stream("GET", item.key, headers=headers) as resp,
         ):
             if resp.status_code == 416:
@@ -308,7 +356,8 @@ class UrlInputTransport(Transport):
 
     def describe(self) -> str:
         """The URL, with any password masked."""
-        return f"url_input: {mask_url(self.config.path)}"
+        via = f" (http_conn_id {self.config.http_conn_id})" if self.config.http_conn_id else ""
+        return f"url_input: {mask_url(self.config.path)}{via}"
 
 
 def _encoded(resp: httpx.Response) -> bool:

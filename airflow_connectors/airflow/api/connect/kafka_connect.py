@@ -447,9 +447,13 @@ def validate_config(
     type: PluginType | None = None,
 ) -> dict[str, Any]:
     """Check a config against the plugin's fields; errors are per field, as Kafka Connect
-    answers."""
+    answers. A valid config's named Airflow connections are tested as ``airflow
+    connections test`` does (they exist, their service answers)."""
+    from airflow_connectors.airflow.connections import check_connections
+
     values = _object(config)
-    return plugin_config.validate(plugin, plugin_config.plugin_model(plugin, type), values)
+    model = plugin_config.plugin_model(plugin, type)
+    return plugin_config.validate(plugin, model, values, check_connections)
 
 
 def _object(config: dict[str, Any] | str) -> dict[str, Any]:

@@ -1,10 +1,12 @@
 """Plugin config introspection for the REST API, without Airflow: the plugin registries,
 Kafka Connect's ConfigKeyInfo of each field (from the model's JSON schema), config
 validation (ConfigInfos) and the masking of a connector's secrets by its plugins'
-models."""
+models. Validation takes the check of named Airflow connections as an argument (the
+API passes :func:`airflow_connectors.airflow.connections.check_connections`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -76,8 +78,20 @@ def _jsonable(value: Any) -> Any:
     return to_jsonable_python(value, fallback=str)
 
 
-def validate(plugin: str, config: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
-    """Kafka Connect's ConfigInfos: one entry per field, errors where the value fails."""
+#: ``check(config) -> {field: problem}`` of the connections a config names.
+ConnectionCheck = Callable[[Mapping[str, Any]], Mapping[str, str]]
+
+
+def validate(
+    plugin: str,
+    config: type[BaseModel],
+    values: dict[str, Any],
+    check_connections: ConnectionCheck | None = None,
+) -> dict[str, Any]:
+    """Kafka Connect's ConfigInfos: one entry per field, errors where the value fails.
+    With ``check_connections``, the connections the config names are tested (exist,
+    and their service answers) once the config itself is valid; a failure is an error
+    of the field that names the connection."""
     from pydantic import ValidationError
 
     errors: dict[str, list[str]] = {}
@@ -87,6 +101,9 @@ def validate(plugin: str, config: type[BaseModel], values: dict[str, Any]) -> di
         for err in e.errors(include_url=False):
             field = str(err["loc"][0]) if err["loc"] else ""
             errors.setdefault(field, []).append(err["msg"])
+    if check_connections is not None and not errors:
+        for field, problem in check_connections(values).items():
+            errors.setdefault(field, []).append(problem)
     defs = definitions(config)
     known = {d["name"] for d in defs}
     shown = mask_config(values, secret_fields(config))  # never echo a secret
