@@ -280,12 +280,33 @@ def connector_dataset(pipeline: str, table: str, connector: str) -> DatasetFacts
     return DatasetFacts(f"{CONNECTOR_SCHEME}://{pipeline}", f"{table}/{connector}")
 
 
-def batch_statistics(batches: Iterable[Batch]) -> tuple[int, int]:
-    """``(rows, bytes)`` of the committed batches among ``batches``."""
+def errors_dataset(pipeline: str, table: TableSpec, warehouse: str) -> DatasetFacts:
+    """The table's dead-letter table (records that failed to parse), with its columns."""
+    from airflow_connectors.engine.context import table_sink
+    from airflow_connectors.sinks.parquet import errors_schema
+
+    sink = table_sink(pipeline, table, warehouse)
+    if sink.name == "postgres":
+        schema, name = sink.target("errors")  # type: ignore[attr-defined]
+        uri = sink.config.libpq_uri("postgres sink")  # type: ignore[attr-defined]
+        target = postgres_dataset(uri, f"{schema or 'public'}.{name}")
+    else:
+        target = storage_dataset(sink.location("errors"))
+    fields = tuple((f.name, str(f.type)) for f in errors_schema())
+    return DatasetFacts(target.namespace, target.name, fields)
+
+
+def batch_statistics(batches: Iterable[Batch]) -> tuple[int, int, int]:
+    """``(rows, bytes, records that failed to parse)`` of the committed batches among
+    ``batches``."""
     from airflow_connectors.state.records import BatchStatus
 
     committed = [b for b in batches if b.status == BatchStatus.COMMITTED]
-    return sum(b.records or 0 for b in committed), sum(b.bytes or 0 for b in committed)
+    return (
+        sum(b.records or 0 for b in committed),
+        sum(b.bytes or 0 for b in committed),
+        sum(b.parse_errors or 0 for b in committed),
+    )
 
 
 def batch_lineage(
@@ -297,11 +318,14 @@ def batch_lineage(
     batches: Sequence[Batch],
 ) -> TaskLineage:
     """The source read and the table written, with the statistics of the committed
-    ``batches``: rows written and source bytes read."""
-    rows, size = batch_statistics(batches)
+    ``batches``: rows written and source bytes read; and the dead-letter table with the
+    records that went there, when some did."""
+    rows, size, bad = batch_statistics(batches)
     inputs = tuple(d.with_stats(None, size) for d in source_datasets(pipeline, table, connector))
-    output = table_dataset(pipeline, table, warehouse, store).with_stats(rows, size)
-    return TaskLineage(inputs, (output,))
+    outputs = [table_dataset(pipeline, table, warehouse, store).with_stats(rows, size)]
+    if bad:
+        outputs.append(errors_dataset(pipeline, table, warehouse).with_stats(bad, None))
+    return TaskLineage(inputs, tuple(outputs))
 
 
 # --- gathered by the tasks ----------------------------------------------------------------

@@ -456,6 +456,7 @@ def _batch(r: Any) -> Batch:
         published=bool(r.published),
         records=r.records,
         bytes=r.bytes,
+        parse_errors=r.parse_errors,
         committed_at=r.committed_at,
         created_at=r.created_at,
         executors=r.executors,

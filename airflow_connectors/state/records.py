@@ -117,6 +117,8 @@ class Batch:
     records: int | None = None
     #: Bytes of source data the committed batch read (None while planned).
     bytes: int | None = None
+    #: Records of the committed batch that failed to parse (None while planned).
+    parse_errors: int | None = None
     committed_at: float | None = None
     created_at: float = 0.0
     #: Which Spark executors ran the committed batch (column ``ac_batches.executors``,

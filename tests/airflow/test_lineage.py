@@ -20,6 +20,7 @@ from airflow_connectors.airflow.lineage import (
     DatasetFacts,
     TaskLineage,
     connector_dataset,
+    errors_dataset,
     operator_lineage,
     sanitize_uri,
     source_datasets,
@@ -192,6 +193,11 @@ def test_tables_per_sink_with_their_columns(tmp_path: Path) -> None:
     pg = table_dataset("p", pg_table, str(wh))
     assert (pg.namespace, pg.name) == ("postgres://10.0.0.5:5433", "dw.raw.events")
     assert PG_PASSWORD not in json.dumps(pg.__dict__)
+    pg_errors = errors_dataset("p", pg_table, str(wh))
+    assert (pg_errors.namespace, pg_errors.name) == (
+        "postgres://10.0.0.5:5433",
+        "dw.raw.events__errors",
+    )
 
     delta_table, _ = connector_of("datagen", {"plan": [{"limit": 1}]}, sink={"name": "delta"})
     delta = table_dataset("p", delta_table, str(wh))
@@ -212,6 +218,56 @@ def test_an_inferred_table_reports_its_latest_schema_version(tmp_path: Path) -> 
         )
         fields = table_dataset("p", table, str(tmp_path), store).fields
         assert fields == (("id", "BIGINT"), ("name", "VARCHAR"), ("_rescued_data", "VARCHAR"))
+    finally:
+        store.close()
+
+
+def test_statistics_of_committed_batches_and_their_dead_letters(tmp_path: Path) -> None:
+    """Rows and source bytes of committed batches only (a planned one adds nothing); the
+    records that failed to parse make the dead-letter table an output."""
+    from airflow_connectors.airflow.lineage import batch_lineage
+    from airflow_connectors.state.store import BatchPlan, ConnectorRef, ItemReceipt
+    from airflow_connectors.transports import WorkItem
+
+    table, connector = connector_of("datagen", {"plan": [{"limit": 20}]})
+    wh = str(tmp_path / "wh")
+
+    def plan(key: str) -> BatchPlan:
+        return BatchPlan(
+            pipeline="p",
+            table=table.model_copy(update={"connectors": ()}),
+            connector=connector,
+            warehouse=wh,
+            items=(WorkItem(key, start=0, end=10, records=10),),
+        )
+
+    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        ref = ConnectorRef("p", "t", "c")
+        clean, dirty, planned = store.plan_batches(ref, [plan("a"), plan("b"), plan("c")])
+
+        def commit(batch_id: int, key: str, records: int, bad: int) -> None:
+            receipt = ItemReceipt(key, 10, records, bad, 100, True, 0)
+            assert store.commit_batch(batch_id, "1-x", [receipt], [])
+
+        commit(clean, "a", 10, 0)
+        commit(dirty, "b", 7, 3)
+        one = batch_lineage(store, "p", table, connector, wh, [store.load_batch(clean)])
+        assert [(d.name, d.rows, d.size) for d in one.outputs] == [(f"{wh}/p/t", 10, 100)]
+        assert [(d.namespace, d.name, d.size) for d in one.inputs] == [
+            ("connector://p", "t/c/datagen", 100)
+        ]
+        run = batch_lineage(
+            store, "p", table, connector, wh, [store.load_batch(b) for b in (clean, dirty, planned)]
+        )
+        table_out, errors_out = run.outputs
+        assert (table_out.rows, table_out.size) == (17, 200)
+        assert (errors_out.namespace, errors_out.name, errors_out.rows) == (
+            "file",
+            f"{wh}/p/t__errors",
+            3,
+        )
+        assert ("raw_text", "string") in errors_out.fields
     finally:
         store.close()
 
