@@ -116,6 +116,22 @@ def test_sources_per_transport(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert names(
         "postgres_input", {"postgres_conn_id": "shop_db", "query": "SELECT id FROM orders"}
     ) == [("postgres://db.internal:6432", "shop.public.orders")]
+    # url_input's http_conn_id: the URL read, the connection's base URL joined to path.
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_PRICES_API",
+        json.dumps(
+            {
+                "conn_type": "http",
+                "host": "prices.example.com",
+                "schema": "https",
+                "login": "u",
+                "password": "http-pw-secret",
+                "extra": {"X-API-Key": "k3y-secret"},
+            }
+        ),
+    )
+    url = {"http_conn_id": "prices_api", "path": "/v2/prices.json"}
+    assert names("url_input", url) == [("https://prices.example.com:443", "/v2/prices.json")]
     nats = {"server_url": "nats://127.0.0.1:4222", "auth": {"token": "nats-t0ken-secret"}}
     assert names("nats_input", {"connection_config": nats, "stream_name": "orders"}) == [
         ("nats://127.0.0.1:4222", "orders")
