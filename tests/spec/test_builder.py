@@ -315,3 +315,18 @@ def test_a_table_without_columns_infers_its_schema_as_in_yaml(tmp_path: Path) ->
         "tables.events.schema_hints.id",
         "tables.events.schema_evolution",
     ]
+
+
+def test_importing_the_builder_from_the_package_imports_neither_airflow_nor_spark() -> None:
+    """A DAG file's ``from airflow_connectors import Pipeline`` stays cheap."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from airflow_connectors import Pipeline\n"
+        "Pipeline('p').table('t', columns={'id': 'INT'}).connector('c', transport={'name': 'datagen'})\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'airflow'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
