@@ -90,6 +90,7 @@ class ConnectorTaskGroup(TaskGroup):
         super().__init__(
             group_id=group_id or f"{table.name}__{chosen.name}",
             tooltip=kwargs.pop("tooltip", f"connector {name}"),
+            doc_md=kwargs.pop("doc_md", _doc(parsed, table, chosen)),
             **kwargs,
         )
         runs = self.dag.max_active_runs
@@ -139,6 +140,31 @@ def _pick(spec: PipelineSpec, connector: str | None) -> tuple[TableSpec, Connect
     raise ValueError(
         f"pipeline {spec.name} has no connector {connector!r}; its connectors: {names} "
         "(connector='<table>.<connector>')"
+    )
+
+
+def _doc(spec: PipelineSpec, table: TableSpec, connector: ConnectorSpec) -> str:
+    """The group's Markdown in the UI: what it is, how to pause it, its config (secrets
+    masked)."""
+    import json
+
+    from airflow_connectors.spec.redact import mask_config
+
+    config = mask_config(connector.model_dump(mode="json", exclude_defaults=True))
+    p, t, c = spec.name, table.name, connector.name
+    return "\n".join(
+        [
+            f"### Connector `{c}` of table `{t}` (pipeline `{p}`)",
+            "",
+            "Pausing this DAG pauses all of it. To pause the connector alone: "
+            f"`airflow-connectors pipeline {p} pause --local` (its pipeline) or "
+            f"`airflow-connectors connector {p} {t} {c} stop --local`; its `gate` skips the "
+            "run, and `done` with it, meanwhile.",
+            "",
+            "```json",
+            json.dumps(config, indent=2),
+            "```",
+        ]
     )
 
 

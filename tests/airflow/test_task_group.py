@@ -267,7 +267,11 @@ def test_connector_is_named_as_table_dot_connector(airflow_db: Path) -> None:
         Pipeline("p")
         .table("t", columns={"id": "INT"})
         .connector("a", transport={"name": "datagen"})
-        .connector("b", transport={"name": "datagen"})
+        .connector(
+            "b",
+            transport={"name": "url_input", "config": {"path": "http://u:hunter2@127.0.0.1:1/x"}},
+            format={"name": "json"},
+        )
     )
     with DAG("named", schedule=None, start_date=dt.datetime(2026, 1, 1), max_active_runs=1):
         with pytest.raises(ValueError, match=r"pipeline p has 2 connectors \(t.a, t.b\); name one"):
@@ -280,6 +284,8 @@ def test_connector_is_named_as_table_dot_connector(airflow_db: Path) -> None:
     assert group.group_id == "t__b"
     assert group.connector_name == "p.t.b"
     assert [a.uri for a in group.finished.outlets] == ["connector://p/t/b"]
+    assert "airflow-connectors pipeline p pause --local" in group.doc_md
+    assert "127.0.0.1:1/x" in group.doc_md and "hunter2" not in group.doc_md
 
 
 def test_connector_pipeline_renders_a_built_pipeline_as_its_yaml(airflow_db: Path) -> None:
