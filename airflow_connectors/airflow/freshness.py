@@ -49,10 +49,11 @@ INGEST_TASK = "ingest"
 
 class ConnectorLastCommit(BaseDeadlineReference):
     """Deadline reference: when the connector DAG's latest ``ingest`` task succeeded (a
-    batch committed), or, before any did, when the DAG's first run was due."""
+    batch committed), or, before any did, when the DAG's first run was due. Backfill
+    runs get no deadline: they re-read past slices, freshness is about new data."""
 
     #: What Airflow hands :meth:`_evaluate_with` when a run is created.
-    required_kwargs: ClassVar[set[str]] = {"dag_id"}
+    required_kwargs: ClassVar[set[str]] = {"dag_id", "run_id"}
 
     def __init__(self, ingest_task_id: str = INGEST_TASK) -> None:
         self.ingest_task_id = ingest_task_id
@@ -73,8 +74,16 @@ class ConnectorLastCommit(BaseDeadlineReference):
         from airflow.models.dagrun import DagRun
         from airflow.models.taskinstance import TaskInstance
         from airflow.utils.state import TaskInstanceState
+        from airflow.utils.types import DagRunType
 
         dag_id = kwargs["dag_id"]
+        run_type = session.scalar(
+            sa.select(DagRun.run_type).where(
+                DagRun.dag_id == dag_id, DagRun.run_id == kwargs["run_id"]
+            )
+        )
+        if run_type == DagRunType.BACKFILL_JOB:
+            return None
         committed = session.scalar(
             sa.select(sa.func.max(TaskInstance.end_date)).where(
                 TaskInstance.dag_id == dag_id,

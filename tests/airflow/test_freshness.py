@@ -101,6 +101,42 @@ def test_freshness_renders_as_a_deadline_alert_on_the_last_commit(tmp_path: Path
     }
 
 
+def test_reference_reads_the_metadata_database(airflow_db: Path) -> None:
+    """Before any ingest succeeded the deadline counts from the DAG's first run;
+    backfill runs get none. (After a commit: the end-to-end test below.)"""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunType
+
+    t0 = dt.datetime(2026, 11, 1, 8, tzinfo=dt.UTC)
+    hour = dt.timedelta(hours=1)
+    dag_id = "fxref.t.c"
+    runs = [
+        ("manual__1", t0, DagRunType.MANUAL, None),
+        ("manual__2", t0 + hour, DagRunType.MANUAL, None),
+        ("backfill__1", t0 + 2 * hour, DagRunType.BACKFILL_JOB, t0 - 24 * hour),
+    ]
+    ref = ConnectorLastCommit.deserialize_reference(ConnectorLastCommit().serialize_reference())
+    with create_session() as session:
+        session.query(DagRun).filter(DagRun.dag_id == dag_id).delete()
+        for run_id, after, kind, logical in runs:
+            session.add(
+                DagRun(
+                    dag_id=dag_id,
+                    run_id=run_id,
+                    run_after=after,
+                    logical_date=logical,
+                    run_type=kind,
+                    state=DagRunState.SUCCESS,
+                )
+            )
+        session.flush()
+        assert ref._evaluate_with(session=session, dag_id=dag_id, run_id="manual__2") == t0
+        assert ref._evaluate_with(session=session, dag_id=dag_id, run_id="backfill__1") is None
+        session.query(DagRun).filter(DagRun.dag_id == dag_id).delete()
+
+
 # --- the callback against a real state store ----------------------------------------
 
 
