@@ -351,10 +351,23 @@ PROBE = """
 import json, sys
 from airflow.dag_processing.dagbag import DagBag
 
-bag = DagBag(dag_folder=sys.argv[1])
-assert not bag.import_errors, bag.import_errors
-states = {dag_id: str(bag.dags[dag_id].test().state) for dag_id in sys.argv[2:]}
+states = {}
+for arg in sys.argv[1:]:
+    if arg.endswith(".py"):  # a DAG file, then the ids of its DAGs to run
+        bag = DagBag(dag_folder=arg)
+        assert not bag.import_errors, bag.import_errors
+    else:
+        states[arg] = str(bag.dags[arg].test().state)
 print("STATES " + json.dumps(states))
+"""
+
+USER_DAG = """
+import datetime as dt
+from airflow.sdk import DAG
+from airflow_connectors.airflow import ConnectorTaskGroup
+
+with DAG("lin_user", schedule=None, max_active_runs=1, start_date=dt.datetime(2024, 1, 1)):
+    ConnectorTaskGroup(spec="lintg.yaml", connector="numbers.gen")
 """
 
 
@@ -372,10 +385,11 @@ def test_dag_runs_emit_lineage_of_sources_and_tables(
     s3_server: S3Server,
     s3_bucket: str,
 ) -> None:
-    """Two connector DAGs (a folder of files, an S3 prefix read with inline keys) run
-    with ``dag.test()`` in a fresh interpreter whose OpenLineage provider writes events to
-    a file: each ingest and finished task reports its source, its table with the schema
-    and the rows and bytes it committed, and no secret of the configs."""
+    """Two connector DAGs (a folder of files, an S3 prefix read with inline keys) and a
+    user's DAG holding a generated connector as a task group run with ``dag.test()`` in a
+    fresh interpreter whose OpenLineage provider writes events to a file: each ingest and
+    finished task reports its source, its table with the schema and the rows and bytes it
+    committed, and no secret of the configs."""
     src = tmp_path / "src"
     ids = json_files(src, files=2, rows=10)
     source_bytes = sum(p.stat().st_size for p in src.iterdir())
@@ -407,6 +421,21 @@ def test_dag_runs_emit_lineage_of_sources_and_tables(
             "orders": {"columns": COLUMNS, "connectors": [s3_connector]},
         },
     )
+    # A third connector inside a user's own DAG (a task group): its tasks' ids carry the
+    # group's prefix; a generated source has no name in the naming spec.
+    generated = {
+        "numbers": {
+            "columns": {"id": "BIGINT NOT NULL"},
+            "connectors": [
+                {
+                    "name": "gen",
+                    "transport": {"name": "datagen", "config": {"plan": [{"limit": 6}]}},
+                }
+            ],
+        }
+    }
+    (DAGS / "lintg.yaml").write_text(json.dumps({"pipeline": "lintg", "tables": generated}))
+    (DAGS / "lin_user_dag.py").write_text(USER_DAG)
     events_file = tmp_path / "lineage.jsonl"
     env = {
         **os.environ,
@@ -423,6 +452,8 @@ def test_dag_runs_emit_lineage_of_sources_and_tables(
             str(DAGS / "lin_dags.py"),
             "lin.events.files",
             "lin.orders.landing",
+            str(DAGS / "lin_user_dag.py"),
+            "lin_user",
         ],
         capture_output=True,
         text=True,
@@ -431,9 +462,11 @@ def test_dag_runs_emit_lineage_of_sources_and_tables(
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     [states] = [json.loads(x[7:]) for x in proc.stdout.splitlines() if x.startswith("STATES ")]
-    assert states == {"lin.events.files": "success", "lin.orders.landing": "success"}, proc.stderr[
-        -4000:
-    ]
+    assert states == {
+        "lin.events.files": "success",
+        "lin.orders.landing": "success",
+        "lin_user": "success",
+    }, proc.stderr[-4000:]
 
     text = events_file.read_text()
     for secret in (SECRET_KEY, ACCESS_KEY):
@@ -466,6 +499,19 @@ def test_dag_runs_emit_lineage_of_sources_and_tables(
     [s3_table] = s3_ingest["outputs"]
     assert s3_table["name"] == f"{connectors_env['AIRFLOW__CONNECTORS__WAREHOUSE']}/lin/orders"
     assert s3_table["outputFacets"]["outputStatistics"]["rowCount"] == 10
+
+    [group_ingest] = completes(events, "lin_user.numbers__gen.ingest")
+    assert [(d["namespace"], d["name"]) for d in group_ingest["inputs"]] == [
+        ("connector://lintg", "numbers/gen/datagen")
+    ]
+    [group_table] = group_ingest["outputs"]
+    assert group_table["outputFacets"]["outputStatistics"]["rowCount"] == 6
+    [group_finished] = completes(events, "lin_user.numbers__gen.finished")
+    assert [(d["namespace"], d["name"]) for d in group_finished["outputs"]] == [
+        ("file", f"{connectors_env['AIRFLOW__CONNECTORS__WAREHOUSE']}/lintg/numbers"),
+        ("connector://lintg", "numbers/gen"),
+    ]
+    assert group_finished["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == 6
 
     # The run the parent process sees in Airflow's database is the one that emitted them.
     from airflow.models.dagrun import DagRun
