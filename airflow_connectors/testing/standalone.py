@@ -193,10 +193,7 @@ class AirflowApi:
         wanted = set(dag_ids)
         deadline = time.monotonic() + timeout
         while True:
-            have = {
-                d["dag_id"]
-                for d in self._json("GET", "/api/v2/dags", params={"limit": 1000})["dags"]
-            }
+            have = self.dag_ids()
             if wanted <= have:
                 return
             if time.monotonic() > deadline:
@@ -205,6 +202,16 @@ class AirflowApi:
                     f"DAGs {sorted(wanted - have)} not parsed in {timeout:.0f} s; import errors: {errors}"
                 )
             time.sleep(2)
+
+    def dag_ids(self) -> set[str]:
+        """Every DAG id Airflow knows, page by page (the REST API answers at most
+        ``[api] maximum_page_limit``, 100, a page, whatever ``limit`` asks)."""
+        found: set[str] = set()
+        while True:
+            page = self._json("GET", "/api/v2/dags", params={"limit": 100, "offset": len(found)})
+            found |= {d["dag_id"] for d in page["dags"]}
+            if not page["dags"] or len(found) >= int(page["total_entries"]):
+                return found
 
     def set_paused(self, dag_id: str, paused: bool) -> None:
         """Pause or unpause a DAG through the REST API."""
