@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from airflow_connectors.airflow.api.connect import auth, feldera, kafka_connect
+from airflow_connectors.airflow.api.connect import auth, feldera, kafka_connect, ui_data
 from airflow_connectors.airflow.api.connect.errors import ApiError, error_responses
 
 UI_PAGE = Path(__file__).parent.parent / "ui.html"
@@ -38,6 +38,8 @@ def create_app() -> FastAPI:
     )
     app.include_router(kafka_connect.router)
     app.include_router(feldera.router)
+    # What the Connectors page reads (read-only).
+    app.include_router(ui_data.router)
 
     @app.get("/openapi.json", include_in_schema=False)
     def openapi() -> dict[str, Any]:

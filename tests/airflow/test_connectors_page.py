@@ -1,0 +1,447 @@
+"""The Connectors page with hundreds of connectors, in headless Chromium against a real
+Airflow (the shared ``airflow standalone``): paging and the filter box, a connector's
+last batches and throughput chart from real runs, its backlog (discovered, not
+committed), its schema with stored versions, links into Airflow's UI, and the
+``start_after`` dependency that holds a connector. Screenshots go to
+``test-artifacts/ui/``.
+
+Two pipelines: ``uip`` whose connectors really run (``events.files``: two files in two
+batches; ``bad.flaky``: one file its batch cannot read, so the batch stays planned;
+``later.after``: waits for both, held by the failed one) and ``uimany``, 200
+connectors rendered from one generated spec that never run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import EndToEnd
+
+from airflow_connectors.state.store import ConnectorRef, SchemaColumn, StateStore
+
+ARTIFACTS = (
+    Path(
+        os.environ.get("AIRFLOW_CONNECTORS_TEST_ARTIFACTS")
+        or Path(__file__).resolve().parents[2] / "test-artifacts"
+    )
+    / "ui"
+)
+
+ID = {"id": "BIGINT NOT NULL"}
+JSON_RAW = {"name": "json", "config": {"update_format": "raw"}}
+#: Files of ``events.files``: name -> ids (one batch each, tasks_max 2).
+FILES = {"a.json": [1, 2, 3], "b.json": [4, 5, 6, 7, 8]}
+BAD = '{"id": "not a number"}\n'
+PASSWORD = "ui-s3cret-pw"
+#: A source URL with a password (never fetched: its connector does not run).
+SECRET_URL = f"http://reader:{PASSWORD}@127.0.0.1:9/rows.json"
+#: uimany: 20 tables of 10 connectors; table t07's carry the label "gold".
+TABLES, PER_TABLE = 20, 10
+
+
+def many_names() -> list[str]:
+    return sorted(f"uimany.t{t:02d}.c{c}" for t in range(TABLES) for c in range(PER_TABLE))
+
+
+def many_spec(empty: Path) -> dict[str, Any]:
+    """200 connectors that never run (manual trigger, nothing triggers them): datagen,
+    and in t00 JSON files of an empty folder with inferred columns."""
+    tables: dict[str, Any] = {}
+    for t in range(TABLES):
+        connectors = []
+        for c in range(PER_TABLE):
+            connector: dict[str, Any] = {"name": f"c{c}"}
+            if t == 0:
+                connector["transport"] = {
+                    "name": "file_input",
+                    "config": {"path": str(empty), "min_file_age": 0},
+                }
+                connector["format"] = JSON_RAW
+            else:
+                connector["transport"] = {"name": "datagen", "config": {"plan": [{"limit": 1}]}}
+            if t == 7:
+                connector["labels"] = ["gold"]
+            connectors.append(connector)
+        tables[f"t{t:02d}"] = {"connectors": connectors, **({} if t == 0 else {"columns": ID})}
+    return {"pipeline": "uimany", "tables": tables}
+
+
+class Ui:
+    def __init__(self, e2e: EndToEnd, root: Path) -> None:
+        self.e2e = e2e
+        self.airflow = e2e.airflow
+        self.root = root
+        self.store = StateStore(f"sqlite:///{e2e.root / 'state.db'}")
+
+    def get(self, path: str, **params: Any) -> Any:
+        resp = self.airflow.client.get(f"/connect{path}", params=params)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+
+@pytest.fixture(scope="module")
+def ui(e2e: EndToEnd) -> Ui:
+    root = e2e.folder("ui")
+    for folder in ("src", "bad", "empty"):
+        (root / folder).mkdir()
+    for name, ids in FILES.items():
+        (root / "src" / name).write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+    (root / "bad" / "bad.json").write_text(BAD)
+    files = {"name": "file_input", "config": {"path": str(root / "src"), "min_file_age": 0}}
+    bad = {"name": "file_input", "config": {"path": str(root / "bad"), "min_file_age": 0}}
+    spec = {
+        "pipeline": "uip",
+        "tables": {
+            "events": {
+                "columns": ID,
+                "connectors": [
+                    {
+                        "name": "files",
+                        "labels": ["events.loaded"],
+                        "tasks_max": 2,
+                        "transport": files,
+                        "format": JSON_RAW,
+                    }
+                ],
+            },
+            "bad": {
+                "columns": ID,
+                "connectors": [
+                    {
+                        "name": "flaky",
+                        "labels": ["bad.loaded"],
+                        "transport": bad,
+                        "format": JSON_RAW,
+                    }
+                ],
+            },
+            "hush": {
+                "columns": ID,
+                "connectors": [
+                    {
+                        "name": "url",
+                        "transport": {"name": "url_input", "config": {"path": SECRET_URL}},
+                        "format": JSON_RAW,
+                    }
+                ],
+            },
+            "later": {
+                "columns": ID,
+                "connectors": [
+                    {
+                        "name": "after",
+                        "start_after": ["events.loaded", "bad.loaded"],
+                        "transport": {"name": "datagen", "config": {"plan": [{"limit": 2}]}},
+                    }
+                ],
+            },
+        },
+    }
+    e2e.add(
+        {
+            "uip.yaml": yaml.safe_dump(spec),
+            "uimany.yaml": yaml.safe_dump(many_spec(root / "empty")),
+        },
+        ["uip.events.files", "uip.bad.flaky", "uip.hush.url", "uip.later.after", *many_names()],
+    )
+    af = e2e.airflow
+    runs = {name: af.trigger(name) for name in ("uip.events.files", "uip.bad.flaky")}
+    assert af.wait_run("uip.events.files", runs["uip.events.files"])["state"] == "success", (
+        af.explain_run("uip.events.files", runs["uip.events.files"])
+    )
+    assert af.wait_run("uip.bad.flaky", runs["uip.bad.flaky"])["state"] == "failed"
+    ui = Ui(e2e, root)
+    # Schema versions as discovery stores them for a table with inferred columns.
+    one = ui.store.add_schema_version(
+        "uimany", "t00", [SchemaColumn("id", "BIGINT")], based_on=None, origin="inferred"
+    )
+    ui.store.add_schema_version(
+        "uimany",
+        "t00",
+        [SchemaColumn("id", "BIGINT"), SchemaColumn("note", "VARCHAR")],
+        based_on=one,
+        origin="new fields in a batch",
+    )
+    # What a failed read of the URL records (its connector never runs here).
+    ui.store.record_failure(
+        ConnectorRef("uip", "hush", "url"), f"cannot read {SECRET_URL}: connection refused"
+    )
+    return ui
+
+
+@pytest.fixture(scope="module")
+def browser(ui: Ui) -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not binary or not driver:
+        pytest.fail(
+            "the browser test needs Chromium and chromedriver "
+            "(Debian: apt-get install chromium chromium-driver)"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1500,1000",
+    ):
+        options.add_argument(flag)
+    chrome = webdriver.Chrome(service=Service(driver), options=options)
+    token = ui.airflow.client.headers["Authorization"].removeprefix("Bearer ")
+    chrome.get(f"{ui.airflow.url}/api/v2/monitor/health")
+    chrome.add_cookie({"name": "_token", "value": token, "path": "/"})  # Airflow's login
+    chrome.get(f"{ui.airflow.url}/connect/ui")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        yield chrome
+    finally:
+        chrome.quit()
+
+
+def wait_for(what: str, check: Any, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except Exception as e:  # the page re-renders under us
+            last = e
+        time.sleep(0.3)
+    pytest.fail(f"{what}: not seen in {timeout:.0f} s (last: {last!r})")
+
+
+def shown(browser: Any) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [
+        tr.get_attribute("data-connector")
+        for tr in browser.find_elements(By.CSS_SELECTOR, "table.connectors tbody tr")
+    ]
+
+
+def set_filter(browser: Any, text: str, status: str = "") -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    box = browser.find_element(By.ID, "filter")
+    # Typed (select all, delete, the text): clear() fires no input event.
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(Keys.DELETE)
+    if text:
+        box.send_keys(text)
+    Select(browser.find_element(By.ID, "state-filter")).select_by_value(status)
+
+
+def open_detail(browser: Any, name: str) -> Any:
+    from selenium.webdriver.common.by import By
+
+    set_filter(browser, name)
+    wait_for(f"row {name}", lambda: name in shown(browser))
+    browser.find_element(
+        By.CSS_SELECTOR, f'tr[data-connector="{name}"] button[data-action="details"]'
+    ).click()
+    return wait_for(
+        f"detail of {name}",
+        lambda: browser.find_element(By.CSS_SELECTOR, f'#detail[data-connector="{name}"]'),
+    )
+
+
+# --- REST -------------------------------------------------------------------------
+
+
+def test_page_data_pages_and_filters_on_the_server(ui: Ui) -> None:
+    names = many_names()
+    first = ui.get("/ui/connectors", q="uimany", limit=25)
+    assert first["total"] == 200
+    assert [c["name"] for c in first["connectors"]] == names[:25]
+    last = ui.get("/ui/connectors", q="UIMANY", offset=190, limit=25)
+    assert [c["name"] for c in last["connectors"]] == names[190:]
+    gold = ui.get("/ui/connectors", q="gold", limit=100)
+    assert [c["name"] for c in gold["connectors"]] == [n for n in names if ".t07." in n]
+    held = ui.get("/ui/connectors", q="uip.", status="held")
+    assert [(c["name"], c["held_by"]) for c in held["connectors"]] == [
+        ("uip.later.after", ["bad.flaky"])
+    ]
+    failed = ui.get("/ui/connectors", q="uip.", status="FAILED")
+    assert [c["name"] for c in failed["connectors"]] == ["uip.bad.flaky"]
+    # A read-only user reads the page's data; the page's API has no way to steer.
+    reader = ui.airflow.client_for("reader", "reader-pw")
+    assert reader.get("/connect/ui/connectors", params={"q": "gold"}).json()["total"] == 10
+    detail = reader.get("/connect/ui/connectors/uip.bad.flaky")
+    assert detail.status_code == 200 and detail.json()["state"] == "FAILED"
+    assert reader.put("/connect/ui/connectors/uip.bad.flaky").status_code == 405
+    assert ui.airflow.client.get("/connect/ui/connectors/uip.nope.x").status_code == 404
+
+
+def test_no_secret_in_the_page_data(ui: Ui) -> None:
+    page = ui.airflow.client.get("/connect/ui/connectors", params={"q": "uip."})
+    detail = ui.airflow.client.get("/connect/ui/connectors/uip.hush.url")
+    assert page.status_code == detail.status_code == 200
+    assert "connection refused" in detail.json()["latest_error"]
+    assert "reader:***@" in detail.json()["latest_error"]
+    for text in (page.text, detail.text):
+        assert PASSWORD not in text
+
+
+def test_backlog_is_what_was_discovered_and_not_committed(ui: Ui) -> None:
+    pending = ui.store.pending_batches(ConnectorRef("uip", "bad", "flaky"))
+    assert len(pending) == 1  # the batch of bad.json, planned, its ingest failed
+    backlog = ui.get("/ui/connectors/uip.bad.flaky")["backlog"]
+    assert backlog["batches"] == 1
+    assert backlog["objects"] == sum(b.planned_items for b in pending) == 1
+    assert backlog["bytes"] == len(BAD.encode())
+    assert ui.get("/ui/connectors/uip.events.files")["backlog"]["batches"] == 0
+
+
+# --- in the browser ---------------------------------------------------------------
+
+
+def test_filter_box_and_paging_show_the_right_rows(ui: Ui, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    names = many_names()
+    Select(browser.find_element(By.ID, "page-size")).select_by_value("25")
+    set_filter(browser, "uimany")
+    wait_for("the first page of uimany", lambda: shown(browser) == names[:25])
+    assert browser.find_element(By.ID, "page-info").text == "1-25 of 200"
+    browser.save_screenshot(str(ARTIFACTS / "200-connectors-page-1.png"))
+    browser.find_element(By.ID, "next").click()
+    wait_for("the second page", lambda: shown(browser) == names[25:50])
+    assert browser.find_element(By.ID, "page-info").text == "26-50 of 200"
+
+    set_filter(browser, "gold")
+    gold = [n for n in names if ".t07." in n]
+    wait_for("the gold connectors", lambda: shown(browser) == gold)
+    assert browser.find_element(By.ID, "page-info").text == "1-10 of 10"
+
+    set_filter(browser, "", status="HELD")
+    wait_for("the held connectors", lambda: "uip.later.after" in shown(browser))
+    assert all(
+        browser.find_element(By.CSS_SELECTOR, f'tr[data-connector="{n}"] td.held-by').text
+        for n in shown(browser)
+    )
+    browser.save_screenshot(str(ARTIFACTS / "filter-held.png"))
+    set_filter(browser, "uip.", status="FAILED")
+    wait_for("the failed connector", lambda: shown(browser) == ["uip.bad.flaky"])
+
+
+def test_detail_shows_batches_chart_schema_and_links(ui: Ui, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    name = "uip.events.files"
+    detail = open_detail(browser, name)
+    rows = wait_for(
+        "two batches",
+        lambda: (
+            [tr for tr in detail.find_elements(By.CSS_SELECTOR, "table.batches tbody tr")]
+            if len(detail.find_elements(By.CSS_SELECTOR, "table.batches tbody tr")) == 2
+            else None
+        ),
+    )
+    counts = sorted(int(tr.find_element(By.CSS_SELECTOR, "td.rows").text) for tr in rows)
+    assert counts == sorted(len(ids) for ids in FILES.values())
+    assert all(tr.find_element(By.CSS_SELECTOR, ".state").text == "committed" for tr in rows)
+    assert all(float(tr.find_element(By.CSS_SELECTOR, "td.duration").text) > 0 for tr in rows)
+    assert all(tr.find_element(By.CSS_SELECTOR, "td.errors").text == "0" for tr in rows)
+    # One point per batch, each one its batch's records/s.
+    points = detail.find_elements(By.CSS_SELECTOR, "svg.throughput circle.point")
+    assert sorted(p.get_attribute("data-batch") for p in points) == sorted(
+        tr.get_attribute("data-batch") for tr in rows
+    )
+    assert all(float(p.get_attribute("data-value")) > 0 for p in points)
+    # The declared schema; no versions stored for declared columns.
+    assert [
+        tr.text for tr in detail.find_elements(By.CSS_SELECTOR, "table.schema-declared tr")
+    ] == ["id BIGINT NOT NULL"]
+    # Links into Airflow 3's UI: the DAG, its runs, the asset its `finished` task emits.
+    assets = ui.airflow.client.get(
+        "/api/v2/assets", params={"uri_pattern": "connector://uip/events/files"}
+    ).json()["assets"]
+    asset_id = next(a["id"] for a in assets if a["uri"] == "connector://uip/events/files")
+    hrefs = {
+        cls: detail.find_element(By.CSS_SELECTOR, f"a.{cls}").get_attribute("href")
+        for cls in ("link-dag", "link-runs", "link-asset")
+    }
+    url = ui.airflow.url
+    assert hrefs == {
+        "link-dag": f"{url}/dags/{name}",
+        "link-runs": f"{url}/dags/{name}/runs",
+        "link-asset": f"{url}/assets/{asset_id}",
+    }
+    run_ids = {r["dag_run_id"] for r in ui.airflow.runs(name)}
+    run_links = [
+        a.get_attribute("href") for a in detail.find_elements(By.CSS_SELECTOR, "a.run-link")
+    ]
+    assert run_links and all(
+        any(h == f"{url}/dags/{name}/runs/{r}" for r in run_ids) for h in run_links
+    )
+    browser.save_screenshot(str(ARTIFACTS / "detail-batches-chart.png"))
+
+    inferred = open_detail(browser, "uimany.t00.c0")
+    versions = wait_for(
+        "two schema versions",
+        lambda: (
+            inferred.find_elements(By.CSS_SELECTOR, ".schema-version")
+            if len(inferred.find_elements(By.CSS_SELECTOR, ".schema-version")) == 2
+            else None
+        ),
+    )
+    assert [v.get_attribute("data-version") for v in versions] == ["2", "1"]  # newest first
+    assert "id BIGINT, note VARCHAR" in versions[0].text
+    assert "columns inferred" in inferred.find_element(By.CSS_SELECTOR, ".schema").text
+    browser.save_screenshot(str(ARTIFACTS / "detail-schema-versions.png"))
+
+
+def test_detail_shows_backlog_and_the_blocker(ui: Ui, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    flaky = open_detail(browser, "uip.bad.flaky")
+    wait_for(
+        "the failed batch", lambda: flaky.find_elements(By.CSS_SELECTOR, "table.batches tbody tr")
+    )
+    field = {
+        dd.get_attribute("data-field"): dd.text
+        for dd in flaky.find_elements(By.CSS_SELECTOR, "dl.backlog dd")
+    }
+    assert (field["batches"], field["objects"], field["bytes"]) == ("1", "1", str(len(BAD)))
+    [batch] = flaky.find_elements(By.CSS_SELECTOR, "table.batches tbody tr")
+    assert batch.find_element(By.CSS_SELECTOR, ".state").text == "failed"
+    assert int(batch.find_element(By.CSS_SELECTOR, "td.errors").text) >= 1
+    assert flaky.find_elements(By.CSS_SELECTOR, "svg.throughput circle.point") == []
+    browser.save_screenshot(str(ARTIFACTS / "detail-backlog.png"))
+
+    held = open_detail(browser, "uip.later.after")
+    text = wait_for("the blocker", lambda: held.find_element(By.CSS_SELECTOR, ".held-by").text)
+    assert text == "held by bad.flaky: not finished"
+    holding = {
+        li.get_attribute("data-connector"): li.get_attribute("data-holding")
+        for li in held.find_elements(By.CSS_SELECTOR, "ul.waits-for li")
+    }
+    assert holding == {"events.files": "false", "bad.flaky": "true"}
+    assert (
+        "waits (start_after events.loaded, bad.loaded) for bad.flaky"
+        in held.find_element(By.CSS_SELECTOR, ".gate").text
+    )
+    # The pipeline's graph: the arrow from the blocker is the one marked holding.
+    edges = {
+        (e.get_attribute("data-from"), e.get_attribute("data-holding"))
+        for e in browser.find_elements(
+            By.CSS_SELECTOR, 'svg.start-after-graph[data-pipeline="uip"] line'
+        )
+    }
+    assert edges == {("events.files", "false"), ("bad.flaky", "true")}
+    browser.save_screenshot(str(ARTIFACTS / "detail-held-by.png"))
