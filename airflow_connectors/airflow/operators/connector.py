@@ -463,9 +463,17 @@ class ConnectorFinishedOperator(BaseOperator):
 
     def execute(self, context: Context) -> None:
         """Emits the asset event; skips when the connector is not finished or this finish
-        was already signalled."""
+        was already signalled. A partitioned run emits its partition's event instead, once
+        its own slice is ingested (see :mod:`..partitions`)."""
         table, _, connector = self.endpoint.partition(".")
         ref = ConnectorRef(self.pipeline, table, connector)
+        if context.get("partition_key") is not None:
+            from airflow_connectors.airflow.partitions import emit_partition_event
+
+            with _state_store(Settings.load()) as store:
+                st = store.status(ref)
+            emit_partition_event(self, context, _metrics(st) if st else {})
+            return
         with _state_store(Settings.load()) as store:
             claimed = store.claim_finished_signal(ref, context["run_id"])
             st = store.status(ref)
