@@ -132,3 +132,75 @@ def test_add_new_columns_changes_the_table_schema_with_the_batch(
             str(p.relative_to(sink.location())) for p in Path(sink.location()).rglob("*.parquet")
         }
         assert on_disk == listed
+
+
+@pytest.mark.parametrize("kind", ["delta", "postgres"])
+def test_publish_after_a_kill_past_the_commit_adds_the_columns_once(
+    spark: Any, tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """The job is killed after the state store committed a batch that added columns and
+    before its publish: the batch's rerun (a no-op) rolls the publish forward with the
+    columns it added, once."""
+    from airflow_connectors.engine.batch import run_batch
+    from airflow_connectors.engine.discovery import context, discover
+    from airflow_connectors.testing.jobs import kill, start_job, wait_for
+
+    schema = request.getfixturevalue("pg_schema") if kind == "postgres" else ""
+    url, wh, src = f"sqlite:///{tmp_path / 's.db'}", str(tmp_path / "wh"), tmp_path / "src"
+    src.mkdir()
+    spec = pipeline(
+        {
+            "t": {
+                "columns": {"id": "BIGINT NOT NULL", "name": "VARCHAR"},
+                "schema_evolution": "add_new_columns",
+                "sink": sink_spec(kind, schema),
+                "connectors": [
+                    {
+                        "name": "files",
+                        "transport": {
+                            "name": "file_input",
+                            "config": {"path": str(src), "min_file_age": 0},
+                        },
+                        "format": {"name": "json", "config": {"update_format": "raw"}},
+                    }
+                ],
+            }
+        }
+    )
+    (src / "b0.json").write_text("".join(json.dumps(r) + "\n" for r in BATCHES[0]))
+    run(spec, url, wh, spark)
+    (src / "b1.json").write_text("".join(json.dumps(r) + "\n" for r in BATCHES[1]))
+    t = spec.tables[0]
+    ctx = context(spec, t, t.connectors[0], wh)
+    store = StateStore(url)
+    try:
+        (batch_id,) = discover(store, ctx).batch_ids
+    finally:
+        store.close()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = start_job([batch_id], url, marks, "after_commit", spark_master="local[1]")
+    try:
+        wait_for(marks / "after_commit", proc)
+    finally:
+        kill(proc)
+    sink = sink_of(t, pipeline="p", warehouse=wh)
+    sink.state_store_url = url
+    before = sink.read()
+    assert before is not None and before.column_names == ["id", "name"]  # not published
+    store = StateStore(url)
+    try:
+        assert [v.column_names for v in store.schema_versions("p", "t")][-1] == [
+            "id",
+            "name",
+            "x",
+            "y",
+        ]
+        assert not run_batch(store, batch_id, lambda: spark).committed  # rolls forward
+        assert store.unpublished_batches(ctx.ref) == []
+        assert not run_batch(store, batch_id, lambda: spark).committed  # nothing more
+    finally:
+        store.close()
+    data = sink.read()
+    assert data is not None and data.column_names == ["id", "name", "x", "y"]
+    assert sorted(data.to_pylist(), key=lambda r: r["id"]) == EXPECTED[:4]
