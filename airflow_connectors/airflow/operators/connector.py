@@ -472,7 +472,8 @@ class ConnectorFinishedOperator(BaseOperator):
 
             with _state_store(Settings.load()) as store:
                 st = store.status(ref)
-            emit_partition_event(self, context, _metrics(st) if st else {})
+                emit_partition_event(self, context, _metrics(st) if st else {})
+                remember_finished(self, context, store, ref)  # lineage of the slice's batches
             return
         with _state_store(Settings.load()) as store:
             claimed = store.claim_finished_signal(ref, context["run_id"])
