@@ -13,8 +13,9 @@ version and widens it the same way.
 
 A new field whose types conflict (text in one object, numbers in another), or that holds
 values no column type takes (objects, arrays), fails the batch naming the objects; a
-``schema_hints`` entry for the field pins its type (values that do not fit it are then
-parse errors, like any value that does not fit its column).
+declared column (or, for a table whose columns are inferred, a ``schema_hints`` entry)
+gives the field its type (values that do not fit it are then parse errors, like any
+value that does not fit its column).
 """
 
 from __future__ import annotations
@@ -124,16 +125,17 @@ def widen(
             if text.startswith("!"):
                 raise EvolutionFailed(
                     f"{where}: new field {name!r} holds {text[1:]} in {key}, which no column "
-                    f"type holds; pin its type with schema_hints (e.g. {{{name}: VARCHAR}}) "
-                    "or set schema_evolution: rescue, then stop and resume the connector so "
-                    "the batch is planned again"
+                    "type holds; set schema_evolution: rescue to keep it as JSON text (or "
+                    "none to ignore it), then stop and resume the connector so the batch is "
+                    "planned again"
                 )
             t = parse_type(text)[0]
             merged = t if merged is None else _merge(merged, t)
             if merged is None:
                 raise EvolutionFailed(
                     f"{where}: new field {name!r} holds {_kind(seen[0][0])} values in {first} "
-                    f"but {_kind(text)} values in {key}; pin its type with schema_hints (e.g. "
+                    f"but {_kind(text)} values in {key}; declare the column with the type "
+                    "you want (a table whose columns are inferred: schema_hints, e.g. "
                     f"{{{name}: VARCHAR}}; values that do not fit it are parse errors), then "
                     "stop and resume the connector so the batch is planned again"
                 )

@@ -248,3 +248,14 @@ def test_inferred_table_evolves_from_its_inferred_version(spark: Any, tmp_path: 
         {"id": 3, "name": "c", "x": 5, "y": None},
         {"id": 4, "name": "d", "x": 6, "y": "t"},
     ]
+
+
+def test_add_new_columns_refuses_a_field_of_objects(spark: Any, tmp_path: Path) -> None:
+    url, wh, src = f"sqlite:///{tmp_path / 's.db'}", str(tmp_path / "wh"), tmp_path / "src"
+    path = write(src, 0, [{"id": 1, "name": "a", "o": {"k": 1}}])
+    with pytest.raises(BatchFailed) as exc:
+        run(pipeline({"t": table(src, "add_new_columns")}), url, wh, spark)
+    message = str(exc.value)
+    assert "new field 'o' holds values of type struct<k: int64>" in message
+    assert str(path) in message and "schema_evolution: rescue" in message
+    assert read_table(wh, "p", "t").num_rows == 0 and versions(url) == []
