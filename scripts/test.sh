@@ -42,9 +42,11 @@ fi
 # The whole suite in two lanes, so its wall time is the longer lane's, not the sum:
 # - beside: the cluster tests (marked `cluster`: a Spark standalone cluster and Airflow
 #   with Celery workers, mostly waiting on heartbeats, schedulers and polls), then the
-#   database, stream and table-format sources and the postgres sink (marked `sources`),
-#   each its own pytest; their output goes to test-artifacts/ and follows the rest's;
-# - the rest (neither marker) in this shell.
+#   database, stream and table-format sources and the postgres sink (marked `sources`)
+#   with the Airflow-native features' end-to-end modules (marked `depth`: each starts an
+#   Airflow of its own), each lane its own pytest; their output goes to test-artifacts/
+#   and follows the rest's;
+# - the rest (none of these markers) in this shell.
 mkdir -p test-artifacts
 cluster_log=test-artifacts/cluster-tests.log
 sources_log=test-artifacts/sources-tests.log
@@ -54,23 +56,23 @@ rm -f test-artifacts/cluster-tests.status test-artifacts/sources-tests.status
     .venv/bin/python -m pytest -m cluster -p no:cacheprovider >"$cluster_log" 2>&1 || code=$?
     echo "$code" >test-artifacts/cluster-tests.status
     code=0
-    .venv/bin/python -m pytest -m "sources and not cluster" -p no:cacheprovider \
+    .venv/bin/python -m pytest -m "(sources or depth) and not cluster" -p no:cacheprovider \
         >"$sources_log" 2>&1 || code=$?
     echo "$code" >test-artifacts/sources-tests.status
 ) &
 beside_pid=$!
 trap 'kill "$beside_pid" 2>/dev/null || true' EXIT
-.venv/bin/python -m pytest -m "not cluster and not sources" || status=$?
+.venv/bin/python -m pytest -m "not cluster and not sources and not depth" || status=$?
 wait "$beside_pid" || true
 trap - EXIT
 echo "=================== the cluster tests (pytest -m cluster) ==================="
 cat "$cluster_log"
-echo "=================== the sources tests (pytest -m sources) ==================="
+echo "========= the sources and depth tests (pytest -m 'sources or depth') =========="
 cat "$sources_log"
 cluster_status=$(cat test-artifacts/cluster-tests.status 2>/dev/null || echo 1)
 sources_status=$(cat test-artifacts/sources-tests.status 2>/dev/null || echo 1)
 final=0
-for part in "not cluster and not sources:$status" "cluster:$cluster_status" "sources:$sources_status"; do
+for part in "not cluster and not sources and not depth:$status" "cluster:$cluster_status" "(sources or depth) and not cluster:$sources_status"; do
     code=${part##*:}
     if [ "$code" -eq 5 ]; then
         echo "test: pytest -m '${part%:*}' collected no tests; that is a failure" >&2

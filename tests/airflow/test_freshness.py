@@ -26,6 +26,8 @@ from airflow_connectors.airflow.freshness import (
 )
 from airflow_connectors.spec.errors import SpecValidationError
 
+pytestmark = pytest.mark.depth
+
 COLUMNS = {"id": "BIGINT NOT NULL"}
 #: A cron tick that does not come during the test: runs start only when triggered.
 YEARLY = "0 0 1 1 *"

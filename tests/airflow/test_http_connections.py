@@ -21,6 +21,8 @@ from airflow_connectors.transports import Cursor, Limits, _s3
 from airflow_connectors.transports._http import http_connection_of
 from airflow_connectors.transports.url_input import UrlInputConfig, UrlInputTransport
 
+pytestmark = pytest.mark.depth
+
 CONN_ID = "guarded_http_test"
 VAR = f"AIRFLOW_CONN_{CONN_ID.upper()}"
 

@@ -32,6 +32,8 @@ from airflow_connectors.airflow.triggers.new_data import (
 )
 from airflow_connectors.catalog import parse_pipeline
 
+pytestmark = pytest.mark.depth
+
 DAYS = ["2026-10-01", "2026-10-02", "2026-10-03"]
 KEYS = [f"{day}T00:00:00" for day in DAYS]
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR"}

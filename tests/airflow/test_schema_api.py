@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import yaml
 from conftest import EndToEnd
 
 from airflow_connectors.spec.models import TableSpec
+
+pytestmark = pytest.mark.depth
 
 
 def test_table_schema_endpoint(e2e: EndToEnd) -> None:

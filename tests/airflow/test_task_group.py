@@ -18,6 +18,8 @@ from conftest import DAGS, task_states
 
 from airflow_connectors.state.store import ConnectorRef, StateStore
 
+pytestmark = pytest.mark.depth
+
 #: The README (``AIRFLOW_CONNECTORS_README``: a draft of it, to try a section before
 #: it is merged).
 README = Path(
