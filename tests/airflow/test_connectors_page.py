@@ -157,6 +157,8 @@ def ui(e2e: EndToEnd) -> Iterator[Ui]:
         af.explain_run("uip.events.files", runs["uip.events.files"])
     )
     assert af.wait_run("uip.bad.flaky", runs["uip.bad.flaky"])["state"] == "failed"
+    held = af.trigger("uip.later.after")
+    assert af.wait_run("uip.later.after", held)["state"] == "success"  # gate skipped the rest
     ui = Ui(e2e, root)
     # Schema versions as discovery stores them for a table with inferred columns.
     one = ui.store.add_schema_version(
@@ -439,6 +441,13 @@ def test_detail_shows_backlog_and_the_blocker(ui: Ui, browser: Any) -> None:
     assert (
         "waits (start_after events.loaded, bad.loaded) for bad.flaky"
         in held.find_element(By.CSS_SELECTOR, ".gate").text
+    )
+    # Its run was held at the gate.
+    [run] = [r["dag_run_id"] for r in ui.airflow.runs("uip.later.after")]
+    last = held.find_element(By.CSS_SELECTOR, ".last-run")
+    assert last.text == f"latest run {run}: success, gate skipped (the gate held the run)"
+    assert last.find_element(By.CSS_SELECTOR, "a").get_attribute("href") == (
+        f"{ui.airflow.url}/dags/uip.later.after/runs/{run}"
     )
     # The pipeline's graph: the arrow from the blocker is the one marked holding.
     edges = {

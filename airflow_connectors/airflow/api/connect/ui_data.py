@@ -162,8 +162,9 @@ def connectors_page(
 )
 def connector_detail(request: Request, name: str) -> dict[str, Any]:
     """One connector's detail: its row, last batches (newest first), records/s per
-    committed batch (oldest first), its table's schema with the stored versions, and
-    the connectors that wait for it."""
+    committed batch (oldest first), its table's schema with the stored versions, its
+    DAG's latest run (and whether its gate held it), and the connectors that wait for
+    it."""
     ref = catalog.ref_by_name(name)
     found = load(request.state.connect_user, ref.pipeline)
     row = found.every[str(ref)]
@@ -173,6 +174,7 @@ def connector_detail(request: Request, name: str) -> dict[str, Any]:
         "batches": batches,
         "throughput": throughput(batches),
         "schema": schema_of(ref, row.table),
+        "last_run": last_run(ref),
         "downstream": sorted(
             other.ref.endpoint_name
             for other in found.every.values()
@@ -543,6 +545,35 @@ def ingest_tasks(ref: ConnectorRef, batch_ids: Iterable[int]) -> dict[int, dict[
             "duration_s": duration,
         }
     return out
+
+
+def last_run(ref: ConnectorRef) -> dict[str, Any] | None:
+    """The connector DAG's latest run: its id, state, and its gate task's state
+    (``skipped``: the gate held the run, see ``gate`` for why); None before any run."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.utils.session import create_session
+
+    dag_id = catalog.connector_name(ref)
+    with create_session() as session:
+        run = (
+            session.query(DagRun.run_id, DagRun.state)
+            .filter(DagRun.dag_id == dag_id)
+            .order_by(DagRun.run_after.desc(), DagRun.id.desc())
+            .first()
+        )
+        if run is None:
+            return None
+        gate = (
+            session.query(TI.state)
+            .filter(TI.dag_id == dag_id, TI.run_id == run.run_id, TI.task_id == "gate")
+            .scalar()
+        )
+    return {
+        "run_id": run.run_id,
+        "state": str(run.state) if run.state else None,
+        "gate": str(gate) if gate else None,
+    }
 
 
 def throughput(batches: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
