@@ -26,6 +26,8 @@ from conftest import EndToEnd
 
 from airflow_connectors.state.store import ConnectorRef, SchemaColumn, StateStore
 
+pytestmark = pytest.mark.depth
+
 ARTIFACTS = (
     Path(
         os.environ.get("AIRFLOW_CONNECTORS_TEST_ARTIFACTS")
