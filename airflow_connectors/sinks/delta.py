@@ -240,9 +240,28 @@ class DeltaSink(Sink):
         there is no table yet."""
         try:
             dt = self._open(kind)
-            return None if dt is None else dt.to_pyarrow_table()
+            return None if dt is None else self._read_files(dt, kind)
         except Exception as e:
             raise OSError(f"cannot read the Delta table at {self.location(kind)}: {_why(e)}") from e
+
+    def _read_files(self, dt: DeltaTable, kind: Kind) -> pa.Table:
+        """The current version's data files (as the log lists them) read by pyarrow
+        with the table's schema (files written before a column was added read it as
+        null). deltalake's own ``to_pyarrow_table`` reads through a Python filesystem
+        handler after which about every other short-lived process aborted at exit
+        ("terminate called without an active exception", deltalake 1.6 with pyarrow
+        26): ``airflow-connectors run`` printed its summary, then exited 134. Tables
+        this sink did not write alone (partition columns, reader features such as
+        deletion vectors or column mapping) are still read by deltalake."""
+        import pyarrow as pa
+        import pyarrow.dataset as ds
+
+        if dt.metadata().partition_columns or dt.protocol().reader_features:
+            return dt.to_pyarrow_table()
+        fs, _ = _fs.filesystem(self.location(kind))
+        paths = [_path_in_filesystem(uri) for uri in dt.file_uris()]
+        schema = pa.schema(dt.schema().to_arrow())
+        return ds.dataset(paths, schema=schema, format="parquet", filesystem=fs).to_table()
 
     # -- prepare -------------------------------------------------------------------
 
@@ -648,3 +667,16 @@ def _stats(meta: Any) -> str:
         {"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
         default=str,
     )
+
+
+def _path_in_filesystem(uri: str) -> str:
+    """A data file's URI from the Delta log as a path in the table's pyarrow filesystem
+    (``bucket/key`` on S3, an absolute path locally)."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme in ("s3", "s3a"):
+        return f"{parts.netloc}{unquote(parts.path)}"
+    if parts.scheme == "file":
+        return unquote(parts.path)
+    return uri

@@ -183,6 +183,42 @@ def test_airflow_connectors_run_summarizes_the_delta_table(tmp_path: Path) -> No
     assert read_delta(str(uri)).num_rows == 100
 
 
+READ_IN_A_FRESH_PROCESS = """
+import sys
+from deltalake import write_deltalake
+import pyarrow as pa
+from airflow_connectors.spec.models import PipelineSpec
+from airflow_connectors.engine.context import table_sink
+
+spec = PipelineSpec.model_validate({"name": "p", "tables": [{"name": "t",
+    "columns": [{"name": "id", "type": {"kind": "BIGINT"}}],
+    "sink": {"name": "delta", "config": {}}}]})
+sink = table_sink("p", spec.tables[0], sys.argv[1])
+if sys.argv[2] == "write":
+    write_deltalake(sink.location("rows"), pa.table({"id": pa.array(range(10), pa.int64())}))
+print(sink.read("rows").num_rows)
+"""
+
+
+def test_reading_the_table_never_aborts_the_process_at_exit(tmp_path: Path) -> None:
+    """The sink's read (what ``airflow-connectors run`` prints) in short-lived processes:
+    deltalake's own to_pyarrow_table left about every other process to abort at exit
+    ("terminate called without an active exception", exit code 134) after its work."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", READ_IN_A_FRESH_PROCESS, str(tmp_path), mode],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        for mode in ["write"] + ["read"] * 5
+    ]
+    assert [(r.returncode, r.stdout.strip()) for r in runs] == [(0, "10")] * 6, runs[-1].stderr
+
+
 def sink_of(root: Path, connector: str = "files", **config: Any) -> DeltaSink:
     spec = pipeline({"events": table_spec(root / "src", sink=config, connector=connector)})
     table = spec.tables[0]
