@@ -255,6 +255,8 @@ def _run(args: argparse.Namespace) -> int:
     except KeyError as e:
         print(f"run failed: {e.args[0]}", file=sys.stderr)
         return 1
+    finally:
+        runner.close()  # Spark is done: the summary below reads tables without it
     print(
         f"pipeline {spec.name}: {report.batches} batch(es) committed in this run; state store {runner.store.safe_url}; warehouse {mask_url(settings.warehouse)}"
     )

@@ -116,6 +116,7 @@ class EmbeddedRunner:
         self.control = control.ConnectorControl(self.store, control.StoreSwitch(self.store))
         self._spark_factory = spark
         self._spark: Any = None
+        self._owns_spark = False
 
     def spark(self) -> Any:
         """The run's Spark session, started on first use."""
@@ -123,13 +124,28 @@ class EmbeddedRunner:
             if self._spark_factory is not None:
                 self._spark = self._spark_factory()
             else:
+                from pyspark import SparkContext
+
                 from airflow_connectors.engine.spark import spark_session
 
+                # close() stops only a Spark this runner started, not one of the process.
+                self._owns_spark = SparkContext._active_spark_context is None
                 log.info("starting Spark (%s)", self.settings.spark_master)
                 self._spark = spark_session(
                     self.settings, f"airflow-connectors {self.pipeline.name}"
                 )
         return self._spark
+
+    def close(self) -> None:
+        """Stops the Spark session this runner started (not one a ``spark`` factory
+        gave it, nor one the process had already) and its gateway; the store stays open
+        for the caller's summary."""
+        if self._spark is not None and self._owns_spark:
+            from airflow_connectors.engine.spark import stop_session
+
+            stop_session(self._spark)
+        self._spark = None
+        self._owns_spark = False
 
     def context(self, table: TableSpec, connector: ConnectorSpec) -> BatchContext:
         """A batch context of one of the pipeline's connectors under the run's warehouse."""

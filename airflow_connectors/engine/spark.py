@@ -82,6 +82,21 @@ def spark_session(settings: Settings, app_name: str = "airflow-connectors") -> S
     return spark
 
 
+def stop_session(session: Any) -> None:
+    """Stops ``session`` and closes its py4j gateway now. Left to the interpreter's exit,
+    the gateway is closed by py4j's finalizer while native threads are being torn down,
+    and the process sometimes aborts after its work is done ("terminate called without an
+    active exception", exit code 134)."""
+    from pyspark import SparkContext
+
+    session.stop()
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        gateway.shutdown()
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+
+
 def share_aws_environment(session: Any) -> None:
     """Give the session's Python workers this process's ``AWS_*`` variables (S3 endpoint,
     region, credentials: what a warehouse on ``s3://`` is written with), exactly as they
