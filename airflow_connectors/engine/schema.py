@@ -110,8 +110,11 @@ class Inferred:
     sampled: list[str] = field(default_factory=list)
 
     def origin(self, connector: str) -> str:
-        """The stored version's ``origin``: which connector sampled which objects."""
-        shown = ", ".join(self.sampled[:20])
+        """The stored version's ``origin``: which connector sampled which objects (URL
+        passwords and secret query parameters masked: the CLI, REST and UI show it)."""
+        from airflow_connectors.spec.redact import mask_url
+
+        shown = ", ".join(mask_url(name) for name in self.sampled[:20])
         more = f" and {len(self.sampled) - 20} more" if len(self.sampled) > 20 else ""
         return (
             f"inferred by connector {connector} from {len(self.sampled)} object(s): {shown}{more}"

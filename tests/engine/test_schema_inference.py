@@ -20,6 +20,7 @@ from helpers import pipeline, read_table, run
 
 from airflow_connectors.engine.discovery import context, discover
 from airflow_connectors.engine.schema import (
+    Inferred,
     SampleBounds,
     SchemaInferenceError,
     effective_table,
@@ -611,3 +612,16 @@ def test_cli_run_of_a_table_without_columns(tmp_path: Path) -> None:
         "  name VARCHAR",
         "versions:",
     ]
+
+
+def test_origin_masks_passwords_of_sampled_urls() -> None:
+    """The origin is shown by the CLI, REST and the Connectors page: a url_input's key
+    is its URL, whose password and secret query parameters must not reach them."""
+    inferred = Inferred(
+        columns=(),
+        sampled=["https://reader:s3cr3t@example.test/a.json?token=abc&page=2", "/data/b.json"],
+    )
+    origin = inferred.origin("live")
+    assert "s3cr3t" not in origin and "abc" not in origin
+    assert "https://reader:***@example.test/a.json?token=***&page=2" in origin
+    assert origin.endswith("/data/b.json")
