@@ -47,3 +47,31 @@ def status(store_url: str, pipeline: str, table: str, connector: str) -> Connect
         store.close()
     assert st is not None, f"no state for {pipeline}.{table}.{connector}"
     return st
+
+
+def headless_chromium(width: int, height: int) -> Any:
+    """A headless Chromium driven by selenium (Debian's chromium and chromedriver), its
+    window ``width`` x ``height``; fails the test naming the packages when they are
+    missing."""
+    import shutil
+
+    import pytest
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not binary or not driver:
+        pytest.fail(
+            "the browser test needs Chromium and chromedriver "
+            "(Debian: apt-get install chromium chromium-driver)"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+    ):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(driver), options=options)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import httpx
 import pytest
 import yaml
 from conftest import EndToEnd
+from helpers import headless_chromium
 
 from airflow_connectors.testing.standalone import StandaloneAirflow
 
@@ -658,25 +658,7 @@ ARTIFACTS = Path(
 
 
 def chrome() -> Any:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not binary or not driver:
-        pytest.fail(
-            "the browser test needs Chromium and chromedriver "
-            "(Debian: apt-get install chromium chromium-driver)"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,900",
-    ):
-        options.add_argument(flag)
-    return webdriver.Chrome(service=Service(driver), options=options)
+    return headless_chromium(1400, 900)
 
 
 def test_connectors_page_in_a_browser(api: Api) -> None:

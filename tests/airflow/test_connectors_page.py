@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import EndToEnd
+from helpers import headless_chromium
 
 from airflow_connectors.state.store import ConnectorRef, SchemaColumn, StateStore
 
@@ -186,25 +186,7 @@ def ui(e2e: EndToEnd) -> Iterator[Ui]:
 
 @pytest.fixture(scope="module")
 def browser(ui: Ui) -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not binary or not driver:
-        pytest.fail(
-            "the browser test needs Chromium and chromedriver "
-            "(Debian: apt-get install chromium chromium-driver)"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--window-size=1500,1000",
-    ):
-        options.add_argument(flag)
-    chrome = webdriver.Chrome(service=Service(driver), options=options)
+    chrome = headless_chromium(1500, 1000)
     token = ui.airflow.client.headers["Authorization"].removeprefix("Bearer ")
     chrome.get(f"{ui.airflow.url}/api/v2/monitor/health")
     chrome.add_cookie({"name": "_token", "value": token, "path": "/"})  # Airflow's login
