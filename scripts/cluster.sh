@@ -7,8 +7,12 @@
 #   bash scripts/cluster.sh status   what runs
 #   bash scripts/cluster.sh down     stop what up started, drop its databases
 # State, PIDs, ports and logs are in .cluster/ (--root DIR elsewhere). Needs Redis on
-# 127.0.0.1:6379 and PostgreSQL on 127.0.0.1:5432 (user postgres).
+# 127.0.0.1:6379 and PostgreSQL on 127.0.0.1:5432 (user postgres): `up` starts them first
+# with scripts/services.sh (installing them from Debian's packages when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+if [ "${1:-}" = up ]; then
+    bash scripts/services.sh up postgres redis
+fi
 exec .venv/bin/python scripts/cluster.py "$@"

@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
 # The full test suite: set up .venv, lint and type-check, then every test against real
-# Spark (local), SQLite and the PostgreSQL server on 127.0.0.1:5432.
+# Spark (local), SQLite, PostgreSQL, Redis and NATS on 127.0.0.1 (scripts/services.sh),
+# and Apache Kafka from Maven Central jars (a pytest fixture).
 # Fails when pytest runs no test (its exit code 5 is not success).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-if command -v pg_isready >/dev/null && ! pg_isready -q -h 127.0.0.1 -p 5432; then
-    if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql ]; then
-        echo "test: starting the local PostgreSQL cluster"
-        pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start
-    fi
-fi
+# PostgreSQL, Redis and NATS on 127.0.0.1 (installed from Debian's packages when missing;
+# servers already running are used). See scripts/services.sh for pointing the suite at
+# servers of your own.
+bash scripts/services.sh up
 # docker-compose.yaml is validated with `docker-compose config` (no engine needed).
 if ! command -v docker-compose >/dev/null && ! docker compose version >/dev/null 2>&1; then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then

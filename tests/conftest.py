@@ -59,7 +59,7 @@ def pg_schema_factory() -> Iterator[Any]:
     except Exception as e:  # pragma: no cover - the machine's PostgreSQL is required
         pytest.fail(
             f"PostgreSQL at {PG_BASE} is not reachable ({e}); start it with "
-            "`pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`"
+            "`bash scripts/services.sh up postgres` or set AIRFLOW_CONNECTORS_TEST_PG"
         )
     created: list[str] = []
 

@@ -97,8 +97,17 @@ WORKER_MARKER = "AIRFLOW_CONNECTORS_CELERY_WORKER"
 #: The hostname :func:`hostname` returns in a process (Celery worker N: ``<fqdn>-celery-<N>``).
 HOSTNAME_ENV = "AIRFLOW_CONNECTORS_HOSTNAME"
 
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
+#: The servers scripts/services.sh starts, or the user's own (the test suite's variables).
+PG_ADMIN = (
+    os.environ.get(
+        "AIRFLOW_CONNECTORS_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    )
+    .split("?", 1)[0]
+    .rsplit("/", 1)[0]
+    + "/postgres"
+)
+_REDIS = os.environ.get("AIRFLOW_CONNECTORS_TEST_REDIS", "127.0.0.1:6379")
+REDIS_HOST, REDIS_PORT = _REDIS.rsplit(":", 1)[0], int(_REDIS.rsplit(":", 1)[1])
 BUCKET = "warehouse"
 STATE_FILE = "cluster.json"
 #: Airflow's components besides the Celery workers, in start order.
@@ -124,19 +133,19 @@ def _pg_url(database: str) -> str:
 def check_services() -> None:
     """Raise :class:`ClusterError` (one line: what to start) when PostgreSQL or Redis on
     127.0.0.1 does not accept connections."""
-    for name, port, hint in (
-        (
-            "PostgreSQL",
-            5432,
-            "start it: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
-        ),
-        ("Redis", REDIS_PORT, "start it: redis-server --daemonize yes --bind 127.0.0.1"),
+    from sqlalchemy.engine import make_url
+
+    pg = make_url(PG_ADMIN)
+    for name, host, port in (
+        ("PostgreSQL", pg.host or "127.0.0.1", pg.port or 5432),
+        ("Redis", REDIS_HOST, REDIS_PORT),
     ):
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=3).close()
+            socket.create_connection((host, port), timeout=3).close()
         except OSError as e:
             raise ClusterError(
-                f"{name} is not reachable on 127.0.0.1:{port} ({e.strerror or e}); {hint}"
+                f"{name} is not reachable on {host}:{port} ({e.strerror or e}); start it: "
+                "bash scripts/services.sh up postgres redis"
             ) from None
 
 

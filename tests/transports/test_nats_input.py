@@ -6,6 +6,8 @@ name, deleted after)."""
 
 from __future__ import annotations
 
+import os
+
 import asyncio
 import json
 import uuid
@@ -27,7 +29,8 @@ from airflow_connectors.transports.nats_input import NatsInputTransport
 
 pytestmark = pytest.mark.sources
 
-SERVER = "nats://127.0.0.1:4222"
+#: scripts/services.sh starts it; AIRFLOW_CONNECTORS_TEST_NATS names a server of your own.
+SERVER = os.environ.get("AIRFLOW_CONNECTORS_TEST_NATS", "nats://127.0.0.1:4222")
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE"}
 JSON = {"name": "json", "config": {"update_format": "raw"}}
 #: Records of the conformance stream; batches of BATCH, so draining takes two discoveries.
