@@ -6,10 +6,9 @@ name, deleted after)."""
 
 from __future__ import annotations
 
-import os
-
 import asyncio
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
