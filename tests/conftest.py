@@ -1,5 +1,6 @@
 """Session fixtures that start real components once: Spark (local[2]), PostgreSQL
-schemas, and an HTTP server with Range support on 127.0.0.1."""
+schemas, an HTTP server with Range support, an S3 server (moto) and a Kafka broker on
+127.0.0.1."""
 
 from __future__ import annotations
 
@@ -182,3 +183,25 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def s3_bucket(s3_server: Any) -> str:
     """A fresh, empty bucket on the session's S3 server."""
     return s3_server.create_bucket(f"t-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real Kafka broker (KRaft, from Maven Central's jars; see
+    :mod:`airflow_connectors.testing.kafka`) for the whole session (``.bootstrap_servers``,
+    ``.admin()``), or the user's when ``AIRFLOW_CONNECTORS_TEST_KAFKA`` names its bootstrap
+    servers. Tests make topics of their own (unique names; topics are not created
+    automatically) and must not stop it."""
+    from airflow_connectors.testing.kafka import KafkaBroker, KafkaEndpoint
+
+    external = os.environ.get("AIRFLOW_CONNECTORS_TEST_KAFKA")
+    if external:
+        endpoint = KafkaEndpoint(external)
+        try:
+            endpoint.check(timeout=15)
+        except RuntimeError as e:
+            pytest.fail(f"{e} (AIRFLOW_CONNECTORS_TEST_KAFKA={external})")
+        yield endpoint
+        return
+    with KafkaBroker(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker

@@ -9,6 +9,9 @@
 - :mod:`.standalone`: embedded ``airflow standalone`` for the quickstart and the
   end-to-end tests; :class:`~airflow_connectors.testing.standalone.AirflowApi`, the REST
   helpers.
+- :mod:`.maven`: Java jars (Kafka, Spark's packages) from Maven Central, cached outside
+  the repository; :mod:`.kafka`: a real Kafka broker (KRaft) on 127.0.0.1;
+  :mod:`.spark_packages`: Spark settings for the Delta, Iceberg and Kafka packages.
 - :mod:`.cluster`: the scale-out deployment on 127.0.0.1 (Spark standalone, Airflow with
   the CeleryExecutor, PostgreSQL, S3) for the cluster tests and ``scripts/cluster.sh``.
 
