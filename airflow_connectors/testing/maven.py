@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -113,7 +114,9 @@ def _copy_dependencies(name: str, target: Path, timeout: float) -> None:
         raise MavenError(f"jar set {name!r}: Maven did not finish in {timeout:.0f} s") from e
     if done.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        # Maven's console library writes colour resets even in batch mode.
+        text = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)
+        tail = "\n".join(text.strip().splitlines()[-15:])
         raise MavenError(
             f"jar set {name!r}: mvn dependency:copy-dependencies failed "
             f"(exit {done.returncode}); is Maven Central reachable?\n{tail}"
