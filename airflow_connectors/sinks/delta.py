@@ -399,7 +399,11 @@ class DeltaSink(Sink):
             try:
                 if dt is None:
                     self._create(kind, batch_id, attempt, parts)
+                    created = self._open(kind)
+                    if created is not None:
+                        self._declare_invariants(created)
                 else:
+                    self._declare_invariants(dt)
                     self._check_schema(dt, kind)
                     if self._new_columns(dt, parts):
                         self._append_merging(dt, kind, batch_id, attempt, parts)
@@ -424,6 +428,20 @@ class DeltaSink(Sink):
             f"table {self.table.name}: batch {batch_id} met {MAX_CONFLICTS} conflicting "
             f"concurrent commits to {self.location(kind)}; the next run retries it"
         )
+
+    def _declare_invariants(self, dt: DeltaTable) -> None:
+        """List the ``invariants`` writer feature when the table needs it. delta-rs gives a
+        table with a TIMESTAMP column protocol 3/7 (``timestampNtz``) but leaves out
+        ``invariants``, which a NOT NULL column needs there (delta-io/delta-rs#2882); Spark's
+        Delta reader then refuses the whole table. One protocol-only commit, once."""
+        protocol = dt.protocol()
+        if protocol.min_writer_version < 7 or "invariants" in (protocol.writer_features or []):
+            return
+        if all(field.nullable for field in dt.schema().fields):
+            return
+        from deltalake import TableFeatures
+
+        dt.alter.add_feature(TableFeatures.Invariants, allow_protocol_versions_increase=True)
 
     def _recorded(self, dt: DeltaTable, batch_id: int, attempt: str, parts: list[_Part]) -> bool:
         """Whether the table holds the committed attempt already. Below the connector's
