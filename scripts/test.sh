@@ -5,6 +5,7 @@
 # Fails when pytest runs no test (its exit code 5 is not success).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mkdir -p test-artifacts
 bash scripts/bootstrap.sh
 # PostgreSQL, Redis and NATS on 127.0.0.1 (installed from Debian's packages when missing;
 # servers already running are used). See scripts/services.sh for pointing the suite at
@@ -24,6 +25,14 @@ if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; the
         apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
     fi
 fi
+# The Java side and the other Sparks, fetched while the linters run: Kafka and Spark's
+# packages from Maven Central (deploy/maven/), the pysparks that read Delta and Iceberg
+# (tests/sinks/test_spark_reads.py). Caches outside the repository; the tests wait for a
+# fetch under way (file locks) and report its failure themselves.
+prefetch_log=test-artifacts/prefetch.log
+if [ "$#" -eq 0 ]; then
+    .venv/bin/python -m airflow_connectors.testing.spark_packages --prefetch >"$prefetch_log" 2>&1 &
+fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
@@ -41,37 +50,44 @@ fi
 # The whole suite in two lanes, so its wall time is the longer lane's, not the sum:
 # - beside: the cluster tests (marked `cluster`: a Spark standalone cluster and Airflow
 #   with Celery workers, mostly waiting on heartbeats, schedulers and polls), then the
-#   database, stream and table-format sources and the postgres sink (marked `sources`)
-#   with the Airflow-native features' end-to-end modules (marked `depth`: each starts an
-#   Airflow of its own), each lane its own pytest; their output goes to test-artifacts/
-#   and follows the rest's;
+#   database, stream and table-format sources, Kafka and the Spark readers of our tables
+#   (marked `sources`), the Airflow-native features' end-to-end modules (marked `depth`:
+#   each starts an Airflow of its own) and the README's main command run from a copy of
+#   the repository (marked `side`), in one pytest; each part's output goes to
+#   test-artifacts/ and follows the rest's;
 # - the rest (none of these markers) in this shell.
-mkdir -p test-artifacts
 cluster_log=test-artifacts/cluster-tests.log
 sources_log=test-artifacts/sources-tests.log
 rm -f test-artifacts/cluster-tests.status test-artifacts/sources-tests.status
+started=$SECONDS
 (
     code=0
     .venv/bin/python -m pytest -m cluster -p no:cacheprovider >"$cluster_log" 2>&1 || code=$?
     echo "$code" >test-artifacts/cluster-tests.status
     code=0
-    .venv/bin/python -m pytest -m "(sources or depth) and not cluster" -p no:cacheprovider \
+    .venv/bin/python -m pytest -m "(sources or depth or side) and not cluster" -p no:cacheprovider \
         >"$sources_log" 2>&1 || code=$?
     echo "$code" >test-artifacts/sources-tests.status
+    echo "$((SECONDS - started))" >test-artifacts/side-lane.seconds
 ) &
 beside_pid=$!
 trap 'kill "$beside_pid" 2>/dev/null || true' EXIT
-.venv/bin/python -m pytest -m "not cluster and not sources and not depth" || status=$?
+.venv/bin/python -m pytest -m "not cluster and not sources and not depth and not side" || status=$?
+main_seconds=$((SECONDS - started))
 wait "$beside_pid" || true
 trap - EXIT
 echo "=================== the cluster tests (pytest -m cluster) ==================="
 cat "$cluster_log"
-echo "========= the sources and depth tests (pytest -m 'sources or depth') =========="
+echo "===== the sources, depth and side tests (pytest -m 'sources or depth or side') ====="
 cat "$sources_log"
+echo "================ prefetch (Maven jars, pysparks for the readers) ================"
+cat "$prefetch_log" 2>/dev/null || true
+side_seconds=$(cat test-artifacts/side-lane.seconds 2>/dev/null || echo "?")
+echo "test: main lane ${main_seconds} s, side lane (cluster, then sources/depth/side) ${side_seconds} s"
 cluster_status=$(cat test-artifacts/cluster-tests.status 2>/dev/null || echo 1)
 sources_status=$(cat test-artifacts/sources-tests.status 2>/dev/null || echo 1)
 final=0
-for part in "not cluster and not sources and not depth:$status" "cluster:$cluster_status" "(sources or depth) and not cluster:$sources_status"; do
+for part in "not cluster and not sources and not depth and not side:$status" "cluster:$cluster_status" "(sources or depth or side) and not cluster:$sources_status"; do
     code=${part##*:}
     if [ "$code" -eq 5 ]; then
         echo "test: pytest -m '${part%:*}' collected no tests; that is a failure" >&2

@@ -19,6 +19,8 @@ import pytest
 
 from airflow_connectors.testing.standalone import port_free, processes_of
 
+pytestmark = pytest.mark.side
+
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = (
     "demo.price.live: asset-triggered run success",

@@ -43,8 +43,9 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -272,3 +273,34 @@ def _make_venv(target: Path, version: str, timeout: float) -> None:
                 f"the package index reachable?\n{tail}"
             )
     (target / STAMP).write_text(f"pyspark=={version}\n")
+
+
+def prefetch() -> int:
+    """Resolve every jar set (the Kafka broker's and Spark's packages) and make the
+    pysparks that run them; print one line each with its time. Returns an exit code."""
+    import time
+
+    code = 0
+    steps: list[tuple[str, Callable[[], object]]] = [
+        (f"jars {name}", partial(maven.resolve, name)) for name in ("kafka", *SETS)
+    ]
+    steps += [(f"python for {name}", partial(python, name)) for name in SETS]
+    for label, step in steps:
+        began = time.monotonic()
+        try:
+            step()
+        except (maven.MavenError, RuntimeError) as e:
+            print(f"prefetch: {label}: FAILED: {e}", flush=True)
+            code = 1
+            continue
+        print(f"prefetch: {label}: ready in {time.monotonic() - began:.1f} s", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--prefetch"]:
+        print(
+            "usage: python -m airflow_connectors.testing.spark_packages --prefetch", file=sys.stderr
+        )
+        raise SystemExit(2)
+    raise SystemExit(prefetch())
