@@ -64,7 +64,8 @@ def folder(name: str) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on the file ``path`` (made if missing) across processes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -80,7 +81,7 @@ def resolve(name: str, *, timeout: float = 900.0) -> list[Path]:
     one resolves, the others wait for it."""
     target = folder(name)
     if not (target / STAMP).exists():
-        with _locked(target.with_name(target.name + ".lock")):
+        with locked(target.with_name(target.name + ".lock")):
             if not (target / STAMP).exists():
                 _copy_dependencies(name, target, timeout)
     return sorted((target / "lib").glob("*.jar"))

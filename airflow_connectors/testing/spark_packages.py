@@ -35,15 +35,13 @@ compression codecs, spark-tags): two versions of one library on a classpath clas
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -214,21 +212,10 @@ def python_for(version: str | None, *, timeout: float = 900.0) -> str:
     target = venv_root() / f"pyspark-{version}-{minor}"
     exe = target / "bin" / "python"
     if not (target / STAMP).exists():
-        with _locked(target.with_name(target.name + ".lock")):
+        with maven.locked(target.with_name(target.name + ".lock")):
             if not (target / STAMP).exists():
                 _make_venv(target, version, timeout)
     return str(exe)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _uv() -> list[str] | None:
