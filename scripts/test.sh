@@ -15,14 +15,16 @@ bash scripts/services.sh up
 if ! command -v docker-compose >/dev/null && ! docker compose version >/dev/null 2>&1; then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
         echo "test: installing docker-compose (Debian package) to validate docker-compose.yaml"
-        apt-get update -qq && apt-get install -y -qq docker-compose >/dev/null
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose; } \
+            >>test-artifacts/apt.log 2>&1 || { echo "test: apt-get failed; see test-artifacts/apt.log" >&2; exit 1; }
     fi
 fi
 # The Connectors page is tested in headless Chromium (Debian's chromium and chromedriver).
 if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
         echo "test: installing chromium and chromium-driver (Debian packages) for the browser test"
-        apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; } \
+            >>test-artifacts/apt.log 2>&1 || { echo "test: apt-get failed; see test-artifacts/apt.log" >&2; exit 1; }
     fi
 fi
 # The Java side and the other Sparks, fetched while the linters run: Kafka and Spark's
