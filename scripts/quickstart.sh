@@ -4,6 +4,8 @@
 # LocalExecutor) with every batch a spark-submit on local Spark, and print the results.
 # `bash scripts/quickstart.sh --keep-running` leaves the UI up on http://127.0.0.1:8080
 # (admin / admin).
+# It needs no server (SQLite and local Spark), so it starts none: scripts/services.sh is
+# for the test suite and the scale-out deployment. Java 17+ and Python 3.11+ are all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
