@@ -6,10 +6,12 @@ Airflow's ``CronTriggerTimetable`` with ``catchup=False`` still starts a run for
 most recent past tick as soon as a DAG appears (or comes back after the scheduler was
 down): a connector on ``*/5 * * * *`` created at 10:03 runs at once "for 10:00". For a
 connector that is surprising (nobody asked for data now), and on the embedded SQLite
-metadata DB that run competes with start-up. Connectors only ingest what is there when
-the run starts, so a missed tick loses nothing: the next tick reads it. This timetable
-therefore schedules the next tick at or after *now*, or after the last run's tick,
-whichever is later. Backfills (``airflow backfill create``) and manual runs are not
+metadata DB that run competes with start-up. This timetable therefore schedules the next
+tick at or after *now* when the DAG has no run yet or was off for more than one tick,
+and otherwise always the tick right after the last run's, even a moment after it passed
+(the dag-processor recomputes the next run every few seconds, often a moment after a
+tick and before the scheduler made its run; skipping that tick would lose a templated
+connector's slice). Backfills (``airflow backfill create``) and manual runs are not
 affected.
 
 ``ConnectorPartitionTimetable`` is Airflow's ``CronPartitionTimetable`` with the same
@@ -38,14 +40,26 @@ if TYPE_CHECKING:
 def _next_tick(
     timetable: CronTriggerTimetable, last_tick: DateTime | None, restriction: TimeRestriction
 ) -> DateTime | None:
-    """The next tick at or after now (or after ``last_tick``, or ``earliest``, whichever
-    is latest); None past ``latest``."""
-    candidates = [timetable._align_to_next(coerce_datetime(utcnow()))]
+    """The tick after ``last_tick`` when that is the latest tick at or before now, or one
+    still to come; else (no run yet, or more than one tick passed without a run: the DAG
+    was off) the next tick at or after now. Never before ``earliest``; None past
+    ``latest``.
+
+    The dag-processor recomputes a DAG's next run every few seconds, so it often does a
+    moment after a tick and before the scheduler has made that tick's run: "the next
+    tick after now" would then skip the tick (a templated daily connector would lose
+    that day's slice), so the tick right after the last run is kept even once passed."""
+    now = coerce_datetime(utcnow())
+    next_start = timetable._align_to_next(now)
     if last_tick is not None:
-        candidates.append(timetable._get_next(coerce_datetime(last_tick)))
+        after_last = timetable._get_next(coerce_datetime(last_tick))
+        if after_last >= timetable._align_to_prev(now):
+            next_start = after_last
     if restriction.earliest is not None:
-        candidates.append(timetable._align_to_next(coerce_datetime(restriction.earliest)))
-    next_start = coerce_datetime(max(candidates))
+        next_start = max(
+            next_start, timetable._align_to_next(coerce_datetime(restriction.earliest))
+        )
+    next_start = coerce_datetime(next_start)
     if restriction.latest is not None and restriction.latest < next_start:
         return None
     return next_start

@@ -95,3 +95,58 @@ def test_scheduled_connector_dags_serialize_with_the_timetable(tmp_path: Path) -
     both = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags["ticks.t.both"]))
     assert type(both.timetable).__name__ == "AssetOrTimeSchedule"
     assert isinstance(both.timetable.timetable, ConnectorCronTimetable)
+
+
+def test_the_tick_after_the_last_run_is_kept_a_moment_after_it_passed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The dag-processor recomputes the next run a moment after each tick, often before
+    # the scheduler made that tick's run: the tick must not be skipped.
+    from airflow.timetables.base import DataInterval
+
+    from airflow_connectors.airflow import timetables
+
+    tick = pendulum.datetime(2026, 11, 27, 18, 0, tz="UTC")
+    last = DataInterval(tick.subtract(minutes=10), tick.subtract(minutes=5))
+    tt = ConnectorCronTimetable("*/5 * * * *", timezone="UTC")
+    for late in (
+        dt.timedelta(seconds=0),
+        dt.timedelta(seconds=0.2),
+        dt.timedelta(seconds=0.9),
+        dt.timedelta(seconds=30),
+        dt.timedelta(minutes=4, seconds=59),
+    ):
+        monkeypatch.setattr(timetables, "utcnow", lambda late=late: tick + late)
+        info = tt.next_dagrun_info(
+            last_automated_data_interval=last, restriction=_restriction(None)
+        )
+        assert info is not None and info.run_after == tick, late
+    # More than one tick without a run (the DAG was off): no run for the passed ticks.
+    monkeypatch.setattr(timetables, "utcnow", lambda: tick.add(minutes=5, seconds=1))
+    info = tt.next_dagrun_info(last_automated_data_interval=last, restriction=_restriction(None))
+    assert info is not None and info.run_after == tick.add(minutes=10)
+    # Before the tick, the tick itself.
+    monkeypatch.setattr(timetables, "utcnow", lambda: tick.subtract(seconds=1))
+    info = tt.next_dagrun_info(last_automated_data_interval=last, restriction=_restriction(None))
+    assert info is not None and info.run_after == tick
+
+
+def test_the_partition_timetable_keeps_the_tick_after_the_last_run_too(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from airflow.timetables.base import DagRunInfo
+
+    from airflow_connectors.airflow import timetables
+    from airflow_connectors.airflow.timetables import ConnectorPartitionTimetable
+
+    tick = pendulum.datetime(2026, 11, 28, 0, 0, tz="UTC")
+    tt = ConnectorPartitionTimetable("@daily", timezone="UTC")
+    last = DagRunInfo(
+        run_after=tick.subtract(days=1),
+        data_interval=None,
+        partition_date=tick.subtract(days=1),
+        partition_key="2026-11-27T00:00:00",
+    )
+    monkeypatch.setattr(timetables, "utcnow", lambda: tick.add(seconds=0.5))
+    info = tt.next_dagrun_info_v2(last_dagrun_info=last, restriction=_restriction(None))
+    assert info is not None and info.run_after == tick
+    assert info.partition_key == "2026-11-28T00:00:00"
+    monkeypatch.setattr(timetables, "utcnow", lambda: tick.add(days=1, seconds=1))
+    info = tt.next_dagrun_info_v2(last_dagrun_info=last, restriction=_restriction(None))
+    assert info is not None and info.run_after == tick.add(days=2)
