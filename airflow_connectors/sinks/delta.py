@@ -403,8 +403,8 @@ class DeltaSink(Sink):
                     if created is not None:
                         self._declare_invariants(created)
                 else:
-                    self._declare_invariants(dt)
                     self._check_schema(dt, kind)
+                    self._declare_invariants(dt)
                     if self._new_columns(dt, parts):
                         self._append_merging(dt, kind, batch_id, attempt, parts)
                     else:
