@@ -23,6 +23,7 @@ from airflow_connectors.spec.models import (
     TransportSpec,
 )
 from airflow_connectors.state.store import BatchPlan, ConnectorRef, StateStore
+from airflow_connectors.state.watermark import FORCE_RELIST
 from airflow_connectors.transports import Cursor, Limits, Transport, WorkItem
 from airflow_connectors.transports.base import MTIME
 
@@ -157,7 +158,8 @@ def discover(
         eoi = False
         if not ids:
             after = store.cursor(ref)
-            eoi = _exhausted(transport, _sliced(after) if own_slice_only else after)
+            sliced = _sliced(after) if own_slice_only else after
+            eoi = _exhausted(transport, sliced) and not _late_work(store, ctx, sliced)
             store.set_end_of_input(ref, eoi)
         return Discovery(ids, len(new_items), eoi)
     finally:
@@ -194,13 +196,16 @@ def new_data_fingerprint(
     """What discovery would find now, as a digest of its work items (None: nothing new).
 
     Lists without planning or taking the lease, so event triggers and sensors can poll
-    it; the digest changes whenever different data becomes available."""
+    it; the digest changes whenever different data becomes available. It lists every
+    key (a re-list), so a key that sorts below the watermark is seen at once; when one
+    is, the next discovery is made a re-list so the run it starts reads it."""
     import hashlib
 
+    cursor = store.cursor(ctx.ref)
     items = list(
         islice(
             ctx.transport().discover(
-                store.cursor(ctx.ref),
+                _complete_listing(cursor),
                 Limits(
                     max_records=1, max_items=max_items, now=time.time(), appendable=_appendable(ctx)
                 ),
@@ -210,6 +215,9 @@ def new_data_fingerprint(
     )
     if not items:
         return None
+    if cursor.watermark is not None and any(i.key <= cursor.watermark for i in items):
+        # Found only by listing every key: the run this signal starts must list them too.
+        store.request_relist(ctx.ref)
     digest = hashlib.sha256()
     for item in items:
         digest.update(f"{item.key}\0{item.start}\0{item.end}\0{item.size}\n".encode())
@@ -242,9 +250,41 @@ def finalize(store: StateStore, ctx: BatchContext, *, own_slice_only: bool = Fal
         store.set_end_of_input(ref, False)
         return False
     cursor = store.cursor(ref)
-    eoi = _exhausted(ctx.transport(), _sliced(cursor) if own_slice_only else cursor)
+    if own_slice_only:
+        cursor = _sliced(cursor)
+    eoi = _exhausted(ctx.transport(), cursor) and not _late_work(store, ctx, cursor)
     store.set_end_of_input(ref, eoi)
     return eoi
+
+
+def _complete_listing(cursor: Cursor) -> Cursor:
+    """``cursor`` as a discovery that lists every key sees it (a re-list): keys below
+    the watermark that appeared since the last re-list are found too."""
+    return dataclasses.replace(cursor, since_relist=FORCE_RELIST)
+
+
+def _late_work(store: StateStore, ctx: BatchContext, cursor: Cursor) -> bool:
+    """Whether a complete listing finds work that a listing after the watermark skips (a
+    late key: a name that sorts below the watermark and appeared after the last re-list,
+    such as ``a.json`` after ``b.json``, ``part-9`` after ``part-10``, or UUID names).
+    Then the next discovery is made a re-list (so it reads the key) and the input is not
+    at its end. Nothing to check without a watermark."""
+    if cursor.watermark is None:
+        return False
+    transport = ctx.transport()
+    limits = Limits(max_records=1, max_items=1, now=time.time(), appendable=_appendable(ctx))
+    late = next(iter(transport.discover(_complete_listing(cursor), limits)), None)
+    if late is None:
+        return False
+    if late.key <= cursor.watermark:
+        log.info(
+            "%s: %s sorts below the watermark and arrived after the last re-list; the "
+            "next discovery lists every key to read it",
+            ctx.ref,
+            late.key,
+        )
+        store.request_relist(ctx.ref)
+    return True
 
 
 def _exhausted(transport: Transport, cursor: Cursor) -> bool:

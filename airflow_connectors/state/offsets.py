@@ -50,6 +50,12 @@ class Offsets(Connectors):
             "since_relist": min(mark.since_relist, wm.FORCE_RELIST),
         }
 
+    def request_relist(self, ref: ConnectorRef) -> None:
+        """Make the connector's next discovery list every key, below the watermark too
+        (a probe found a late key there; see ``engine.discovery``)."""
+        with self.tx() as conn:
+            wm.request_relist(conn, ref)
+
     def edit_offsets(self, ref: ConnectorRef, entries: Sequence[dict[str, Any]] | None) -> None:
         """Set the offsets of the given keys (``offset: None`` forgets a key), or forget
         every key (``entries=None``, which also drops the watermark). Only a stopped

@@ -256,6 +256,11 @@ def edited(conn: sa.Connection, ref: ConnectorRef, key: str) -> None:
         _set(conn, ref, since_relist=FORCE_RELIST)
 
 
+def request_relist(conn: sa.Connection, ref: ConnectorRef) -> None:
+    """The next discovery re-lists (a late key below the watermark was seen)."""
+    _set(conn, ref, since_relist=FORCE_RELIST)
+
+
 def reset(conn: sa.Connection, ref: ConnectorRef) -> None:
     """Every offset was forgotten: no watermark, nothing collapsed, list everything."""
     _set(conn, ref, watermark=None, late_after=None, since_relist=0, collapsed_to=None)

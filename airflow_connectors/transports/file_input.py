@@ -77,6 +77,9 @@ class FileInputConfig(StrictConfig):
         "watermark without looking at them, and every relist_every discoveries looks at "
         "every file, to read files whose paths sort below the watermark but that appeared "
         "(or changed) since the previous such re-list. 1: look at every file each time. "
+        "Whatever this is, the new-data probe of `trigger: {on: new_data}` and the "
+        "end-of-input check of a discovery that found nothing look at every file, so a "
+        "late file is seen at once and the next discovery re-lists to read it. "
         "A committed file rewritten or appended to after it was collapsed into the "
         "watermark looks like a new file and is read again whole (as Auto Loader's "
         "allowOverwrites); with follow: true nothing collapses.",

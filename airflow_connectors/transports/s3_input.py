@@ -114,7 +114,10 @@ class S3InputConfig(StrictConfig):
         ge=1,
         description="Every this many discoveries, list the whole prefix instead of only "
         "the keys after the committed watermark, to find objects whose keys sort below it "
-        "(late keys). 1: list everything every time.",
+        "(late keys). 1: list everything every time. Whatever this is, the new-data "
+        "probe of `trigger: {on: new_data}` and the end-of-input check of a discovery "
+        "that found nothing list the whole prefix, so a late key is seen at once and the "
+        "next discovery re-lists to read it.",
     )
     relist_margin_s: float = Field(
         default=300.0,

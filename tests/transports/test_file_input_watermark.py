@@ -1,6 +1,7 @@
 """``file_input`` with the watermark: committed files collapse into it, so the state stays
 bounded; a late file (a path below the watermark that appears after a re-list started)
-is read once, by the next re-list; a collapsed file is never read again unless it is
+is read once, by the next re-list (made one as soon as a probe or an end-of-input
+check sees the file); a collapsed file is never read again unless it is
 rewritten; keys in flight, a crash between plan and commit and a stop that releases a
 planned batch keep it exact. The real engine (discovery, batches, the worker code and
 the Parquet sink, tasks run in this process: the conformance kit's ``Connector``) on
@@ -112,10 +113,11 @@ def test_a_late_file_below_the_watermark_is_read_once_by_the_relist(
     time.sleep(0.05)  # the late file changes after the re-list started (coarse clocks)
     # Moved in with an old mtime (as `mv` keeps it): its ctime still says it is late.
     write(folder, "a.json", range(20, 25))
-    assert cycle(c) == []  # lists after the watermark only
-    assert c.store.cursor(c.ref).since_relist == 1
+    # Lists after the watermark only: plans nothing, but its end-of-input check (a
+    # complete listing) sees the late file and makes the next discovery a re-list.
     assert cycle(c) == []
-    assert len(cycle(c)) == 1  # every 3rd discovery re-lists: it finds it
+    assert c.store.watermark(c.ref)["since_relist"] >= 3
+    assert len(cycle(c)) == 1  # the re-list finds it
     assert ids(c) == list(range(25))
     for _ in range(7):  # more re-lists: committed, never read again
         assert cycle(c) == []
@@ -251,3 +253,33 @@ def test_date_slices_out_of_key_order_each_land_once(connect: Any, tmp_path: Pat
     assert sliced(connect(tmp_path / "in" / "2026-11-01")) == []
     assert sliced(connect(tmp_path / "in" / "2026-11-03")) == []
     assert rows(earlier) == 6  # no slice's rows collapsed into the watermark
+
+
+def test_a_late_file_is_seen_by_the_probe_and_read_by_the_next_run(
+    connect: Any, tmp_path: Path
+) -> None:
+    """Issue 22: ``a.json`` moved in after ``b.json`` was read (or ``part-9`` after
+    ``part-10``): the new-data probe of triggers and sensors sees it at once, end of
+    input is not claimed while it waits, and the run the probe starts reads it, with no
+    re-list due by ``relist_every``."""
+    from airflow_connectors.engine.discovery import new_data_fingerprint
+
+    folder = tmp_path / "drop"
+    write(folder, "part-10.json", range(0, 10))
+    c = connect(folder, relist_every=100, relist_margin_s=0)
+    cycle(c)
+    assert c.finalize() and new_data_fingerprint(c.store, c.ctx) is None
+    time.sleep(0.05)
+    write(folder, "part-9.json", range(10, 15))  # sorts below the watermark
+    assert new_data_fingerprint(c.store, c.ctx) is not None
+    assert not c.finalize()  # not at its end while a file waits
+    assert c.store.status(c.ref).end_of_input is False
+    assert len(cycle(c)) == 1  # the next discovery lists every key and reads it
+    assert ids(c) == list(range(15))
+    assert c.finalize() and new_data_fingerprint(c.store, c.ctx) is None
+    assert c.store.cursor(c.ref).since_relist < 100  # back to listing after the watermark
+    time.sleep(0.05)
+    write(folder, "part-8.json", range(15, 17))
+    # Without a probe, the run's own end-of-input check finds it and re-lists next time.
+    assert cycle(c) == [] and not c.finalize()
+    assert len(cycle(c)) == 1 and ids(c) == list(range(17))

@@ -284,6 +284,31 @@ def test_engine_keeps_state_bounded_lists_after_the_watermark_and_finds_late_key
         c.close()
 
 
+def test_the_probe_sees_a_late_key_at_once_and_its_run_reads_it(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    """Issue 22: a key below the watermark (UUID names, several writers) is seen by the
+    new-data probe of ``on: new_data`` at its next poll, not at the next re-list, and
+    the run it starts reads it; end of input is not claimed meanwhile."""
+    from airflow_connectors.engine.discovery import new_data_fingerprint
+
+    put(s3_server, s3_bucket, "p/b.json", json_lines(range(0, 5)))
+    time.sleep(1.1)  # the listing's Date (whole seconds) is later than the mtime
+    c = Connector(source_of(s3_server, s3_bucket, range(8), prefix="p/", relist_every=50), tmp_path)
+    try:
+        c.drain()
+        assert c.finalize() and new_data_fingerprint(c.store, c.ctx) is None
+        put(s3_server, s3_bucket, "p/a.json", json_lines(range(5, 8)))
+        assert new_data_fingerprint(c.store, c.ctx) is not None
+        found = c.discover()
+        assert len(found.batch_ids) == 1
+        c.run(found.batch_ids)
+        assert_same_records(c.table(), c.expected(), "id", "table with the late key")
+        assert c.finalize() and new_data_fingerprint(c.store, c.ctx) is None
+    finally:
+        c.close()
+
+
 # --- byte ranges, resume, follow -----------------------------------------------------------
 
 
