@@ -4,11 +4,12 @@ survive Airflow's DAG serialization (the scheduler reads the serialized form).""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 from pathlib import Path
 
 import pendulum
-from conftest import dag_file
+from conftest import CRON_WITNESS, EndToEnd, dag_file
 
 from airflow_connectors.airflow.timetables import ConnectorCronTimetable
 
@@ -150,3 +151,35 @@ def test_the_partition_timetable_keeps_the_tick_after_the_last_run_too(monkeypat
     monkeypatch.setattr(timetables, "utcnow", lambda: tick.add(days=1, seconds=1))
     info = tt.next_dagrun_info_v2(last_dagrun_info=last, restriction=_restriction(None))
     assert info is not None and info.run_after == tick.add(days=2)
+
+
+def _time(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_no_tick_is_skipped_under_a_re_parsing_dag_processor(e2e: EndToEnd) -> None:
+    """A real scheduler and dag-processor: the witness connector on ``* * * * *`` has
+    its DAG file re-parsed right after every tick (the next run recomputed each time)
+    all along the end-to-end modules. Every tick from its first run on has its run."""
+    import time
+
+    af = e2e.airflow
+    deadline = time.monotonic() + 420
+    while True:
+        scheduled = [r for r in af.runs(CRON_WITNESS) if r["run_type"] == "scheduled"]
+        if len(scheduled) >= 5 or time.monotonic() > deadline:
+            break
+        time.sleep(10)
+    ticks = sorted(_time(r["run_after"]) for r in scheduled)
+    assert len(ticks) >= 5, ticks
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert all(gap == dt.timedelta(minutes=1) for gap in gaps), ticks
+    now = dt.datetime.now(dt.UTC)
+    latest_tick = now.replace(second=0, microsecond=0)
+    # The newest tick may be a moment old and its run not made yet; none before it.
+    assert ticks[-1] >= latest_tick - dt.timedelta(minutes=1), (ticks, now)
+    # The DAG file was re-parsed all along (the dag-processor recomputed the next run).
+    parsed = _time(af._json("GET", f"/api/v2/dags/{CRON_WITNESS}")["last_parsed_time"])
+    assert now - parsed < dt.timedelta(seconds=75), parsed
+    finished = [r for r in af.runs(CRON_WITNESS) if r["state"] not in ("queued", "running")]
+    assert finished and all(r["state"] == "success" for r in finished), finished
