@@ -59,6 +59,10 @@ def dag_file(dags: Path, spec: str, name: str | None = None) -> Path:
     return path
 
 
+#: The DAG of :meth:`EndToEnd.start_cron_witness`.
+CRON_WITNESS = "cronwitness.t.minutely"
+
+
 class EndToEnd:
     """One ``airflow standalone`` shared by the end-to-end modules (starting one costs
     about a minute). Its metadata DB is a fresh PostgreSQL database, as in production:
@@ -86,6 +90,56 @@ class EndToEnd:
             dag_file(self.dags, name)
         self.airflow.wait_for_dags(dag_ids)
 
+    def start_cron_witness(self) -> None:
+        """A connector on ``* * * * *`` (an empty folder: its runs start no Spark) whose
+        DAG file is touched a moment after every tick and again half a second later, so
+        the dag-processor re-parses it (and recomputes its next run) just after each tick,
+        before or while the scheduler makes that tick's run: the race that skipped ticks
+        (issue 22). :data:`CRON_WITNESS` runs all along the end-to-end modules; a test
+        checks that no tick was skipped."""
+        import threading
+        import time
+
+        folder = self.folder("cron-witness")
+        spec = {
+            "pipeline": "cronwitness",
+            "tables": {
+                "t": {
+                    "columns": {"id": "BIGINT NOT NULL"},
+                    "connectors": [
+                        {
+                            "name": "minutely",
+                            "trigger": {"schedule": "* * * * *"},
+                            "transport": {
+                                "name": "file_input",
+                                "config": {"path": str(folder), "min_file_age": 0},
+                            },
+                            "format": {"name": "json"},
+                        }
+                    ],
+                }
+            },
+        }
+        self.add({"cronwitness.yaml": yaml.safe_dump(spec)}, [CRON_WITNESS])
+        dag = self.dags / "cronwitness_dags.py"
+        self._witness_stop = threading.Event()
+
+        def touch() -> None:
+            while not self._witness_stop.is_set():
+                now = time.time()
+                self._witness_stop.wait(60 - now % 60 + 0.1)
+                for pause in (0.0, 0.5):
+                    time.sleep(pause)
+                    if dag.exists():
+                        os.utime(dag)
+
+        threading.Thread(target=touch, name="cron-witness", daemon=True).start()
+
+    def stop_cron_witness(self) -> None:
+        stop = getattr(self, "_witness_stop", None)
+        if stop is not None:
+            stop.set()
+
     def ids(self, pipeline: str, table: str) -> list[int]:
         """The sorted ``id`` column of a table in the warehouse."""
         import pyarrow.dataset as ds
@@ -109,6 +163,9 @@ def e2e(tmp_path_factory: pytest.TempPathFactory, pg_database: Any) -> Iterator[
         # New files are still found every 5 s; re-parsing unchanged ones every 5 s
         # would cost a fifth of a core on a 2-core machine.
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",
+        # Connection tests (validate's checks of named connections) as an admin enables
+        # them; Airflow's default is Disabled.
+        "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
     }
     airflow = StandaloneAirflow(
         root / "home",
@@ -118,9 +175,12 @@ def e2e(tmp_path_factory: pytest.TempPathFactory, pg_database: Any) -> Iterator[
         users={"reader": ("viewer", "reader-pw")},  # read-only, for the authorization tests
     )
     airflow.start()
+    e2e = EndToEnd(root, airflow)
     try:
-        yield EndToEnd(root, airflow)
+        e2e.start_cron_witness()
+        yield e2e
     finally:
+        e2e.stop_cron_witness()
         airflow.stop()
 
 

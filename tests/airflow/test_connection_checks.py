@@ -114,6 +114,8 @@ def pg_conn(database: str, port: int | None = None) -> dict[str, Any]:
 def conns(monkeypatch: pytest.MonkeyPatch) -> Any:
     """``conns(id=connection JSON, ...)``: Airflow connections in the environment."""
 
+    monkeypatch.setenv("AIRFLOW__CORE__TEST_CONNECTION", "Enabled")
+
     def put(**named: dict[str, Any]) -> None:
         for conn_id, data in named.items():
             monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(data))
@@ -263,6 +265,71 @@ def test_validate_reports_a_failing_connection_on_its_field(
         json={"bucket_name": s3_bucket, "prefix": "", "aws_conn_id": "chk_s3"},
     ).json()
     assert ok["error_count"] == 0, ok
+
+
+def test_validate_tests_no_connection_while_airflow_disables_tests(
+    guarded: str, conns: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow's ``[core] test_connection`` (Disabled by default) governs validate's
+    connection checks too: disabled, the config is checked, the service is not called."""
+    conns(chk_http_off=http_conn(guarded, key="k-SECRET-x-05"))
+    monkeypatch.setenv("AIRFLOW__CORE__TEST_CONNECTION", "Disabled")
+    before = len(_Guarded.seen)
+    answer = validate_app().put(
+        "/connector-plugins/url_input/config/validate",
+        json={"path": "/data.json", "http_conn_id": "chk_http_off"},
+    )
+    assert answer.status_code == 200 and answer.json()["error_count"] == 0, answer.text
+    assert len(_Guarded.seen) == before  # never contacted
+
+
+@pytest.mark.postgres
+def test_a_viewer_may_not_make_the_server_use_a_stored_connection(
+    e2e: EndToEnd, guarded: str, s3_server: S3Server
+) -> None:
+    """Issue 22: a read-only user's validate naming an admin's connection, pointed at a
+    listener of theirs, is refused before the connection is read: no request reaches
+    the listener, and an unknown connection id gets the same answer (nothing tells
+    whether a connection exists). The admin's own validate still tests it."""
+    admin = e2e.airflow.client
+    data = aws_conn(s3_server)
+    body = {**data, "connection_id": "e2e_admin_aws", "extra": json.dumps(data["extra"])}
+    admin.delete("/api/v2/connections/e2e_admin_aws")
+    assert admin.post("/api/v2/connections", json=body).status_code == 201
+    reader = e2e.airflow.client_for("reader", "reader-pw")
+    try:
+        before = len(_Guarded.seen)
+        answers = {}
+        for conn_id in ("e2e_admin_aws", "e2e_nobody_has_this"):
+            config = {
+                "bucket_name": "b",
+                "prefix": "",
+                "aws_conn_id": conn_id,
+                "endpoint_url": guarded,
+            }
+            resp = reader.put("/connect/connector-plugins/s3_input/config/validate", json=config)
+            assert resp.status_code == 403, resp.text
+            answers[conn_id] = resp.json()["message"]
+            assert "may not test Airflow connection(s)" in answers[conn_id]
+            no_secret(resp.text)
+        assert len(_Guarded.seen) == before  # nothing was signed with the admin's key
+        assert answers["e2e_admin_aws"].replace("e2e_admin_aws", "X") == answers[
+            "e2e_nobody_has_this"
+        ].replace("e2e_nobody_has_this", "X")
+        # Without connection fields, a viewer's validate is a plain config check.
+        plain = reader.put(
+            "/connect/connector-plugins/s3_input/config/validate",
+            json={"bucket_name": "b", "prefix": ""},
+        )
+        assert plain.status_code == 200, plain.text
+        # The admin may: the connection is tested (the bucket is missing on its endpoint).
+        mine = admin.put(
+            "/connect/connector-plugins/s3_input/config/validate",
+            json={"bucket_name": "no-such-bucket", "prefix": "", "aws_conn_id": "e2e_admin_aws"},
+        )
+        assert mine.status_code == 200 and list(field_errors(mine.json())) == ["aws_conn_id"]
+    finally:
+        admin.delete("/api/v2/connections/e2e_admin_aws")
 
 
 @pytest.mark.postgres

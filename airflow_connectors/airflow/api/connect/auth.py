@@ -116,3 +116,51 @@ def may(user: Any, method: Literal["GET", "PUT"], dag_id: str) -> bool:
     team = DagModel.get_team_name(dag_id)
     details = DagDetails(id=dag_id, team_name=team) if team else DagDetails(id=dag_id)
     return bool(get_auth_manager().is_authorized_dag(method=method, details=details, user=user))
+
+
+def connection_testing_enabled() -> bool:
+    """Whether Airflow lets connections be tested (``[core] test_connection``, which
+    Airflow disables by default, as its ``/connections/test`` and ``connections test``
+    honour)."""
+    from airflow.configuration import conf
+
+    return str(conf.get("core", "test_connection", fallback="Disabled")).strip().lower() == (
+        "enabled"
+    )
+
+
+def may_test_connection(user: Any, conn_id: str) -> bool:
+    """Whether ``user`` may test the stored connection ``conn_id``: what Airflow's
+    ``POST /connections/test`` asks (connection create access) plus read access to that
+    connection, decided before the connection is looked up, so the answer tells nothing
+    about whether it exists."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails
+
+    manager = get_auth_manager()
+    return bool(
+        manager.is_authorized_connection(method="POST", user=user)
+        and manager.is_authorized_connection(
+            method="GET", details=ConnectionDetails(conn_id=conn_id), user=user
+        )
+    )
+
+
+def require_connection_tests(request: Request, conn_ids: list[str]) -> None:
+    """403 unless the caller may test every connection in ``conn_ids`` (see
+    :func:`may_test_connection`). Without a logged-in user on the request (the router
+    mounted without :func:`dependencies`, as in-process tests do) nothing is checked."""
+    user = getattr(request.state, "connect_user", None)
+    if user is None or not conn_ids:
+        return
+    denied = sorted({c for c in conn_ids if not may_test_connection(user, c)})
+    if denied:
+        raise ApiError(
+            403,
+            f"user {user.get_name()!r} may not test Airflow connection(s) "
+            f"{', '.join(repr(c) for c in denied)}: validating a config that names "
+            "connections tests them with their credentials, which needs the access "
+            "Airflow asks for testing connections (connection create access, and read "
+            "access to each connection); ask an admin for such a role, or validate the "
+            "config without its *_conn_id fields",
+        )

@@ -438,6 +438,7 @@ def plugin_definitions(plugin: str, type: PluginType | None = None) -> list[dict
     responses=error_responses(404),
 )
 def validate_config(
+    request: Request,
     plugin: str,
     config: dict[str, Any] | str = Body(  # noqa: B008
         ...,
@@ -448,12 +449,22 @@ def validate_config(
 ) -> dict[str, Any]:
     """Check a config against the plugin's fields; errors are per field, as Kafka Connect
     answers. A valid config's named Airflow connections are tested as ``airflow
-    connections test`` does (they exist, their service answers)."""
-    from airflow_connectors.airflow.connections import check_connections
+    connections test`` does (they exist, their service answers), with the rights and
+    the setting Airflow asks for that: a caller who may not test a named connection gets
+    403 (whether or not it exists); while Airflow's ``[core] test_connection`` is not
+    ``Enabled`` (its default), connections are not tested, only the config is."""
+    from airflow_connectors.airflow.api.connect.auth import (
+        connection_testing_enabled,
+        require_connection_tests,
+    )
+    from airflow_connectors.airflow.connections import check_connections, conn_ids
 
     values = _object(config)
     model = plugin_config.plugin_model(plugin, type)
-    return plugin_config.validate(plugin, model, values, check_connections)
+    named = conn_ids(values)
+    require_connection_tests(request, named)
+    check = check_connections if named and connection_testing_enabled() else None
+    return plugin_config.validate(plugin, model, values, check)
 
 
 def _object(config: dict[str, Any] | str) -> dict[str, Any]:
