@@ -11,6 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_connectors.settings import Settings
 
+#: ``run``'s exit status when it skipped a connector because another run was planning
+#: it (sysexits' EX_TEMPFAIL: nothing failed, but the run is not done; run it again).
+EXIT_BUSY = 75
+
 if TYPE_CHECKING:
     from airflow_connectors.engine.control import ConnectorControl
     from airflow_connectors.state.store import StateStore
@@ -32,7 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pipeline", help="pipeline name for a .sql spec (default: the file's stem)")
 
     p = sub.add_parser(
-        "run", help="run a pipeline on local Spark until no connector finds anything new"
+        "run",
+        help="run a pipeline on local Spark until no connector finds anything new",
+        epilog="exit status: 0 done; 1 a connector failed (the others ran); "
+        f"{EXIT_BUSY} a connector was skipped because another run was planning it "
+        "(run again once that run ends)",
     )
     p.add_argument("spec", type=Path)
     p.add_argument("--pipeline", help="pipeline name for a .sql spec")
@@ -241,6 +249,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from airflow_connectors.engine.runner import EmbeddedRunner
     from airflow_connectors.spec.redact import mask_url
+    from airflow_connectors.state.signals import LEASE_TTL
 
     if args.debug:
         logging.getLogger("airflow_connectors").setLevel(logging.DEBUG)
@@ -281,8 +290,19 @@ def _run(args: argparse.Namespace) -> int:
         )
         for ep, error in failed.items():
             print(f"  {ep}: {error}", file=sys.stderr)
+    busy = report.busy
+    for ep, holder in busy.items():
+        # Skipped, not done: a script or scheduler running this must not take it for a
+        # run that found nothing new.
+        print(
+            f"run incomplete: connector {spec.name}.{ep} was skipped and ingested nothing: "
+            f"{holder} is planning it; run again once that run ends (the lease of a run "
+            f"that died is free within {LEASE_TTL:g} s)",
+            file=sys.stderr,
+        )
+    if failed:
         return 1
-    return 0
+    return EXIT_BUSY if busy else 0
 
 
 def _ref(pipeline: str, endpoint: str) -> Any:

@@ -16,6 +16,11 @@ more remain), ``iceberg_committed`` (the Iceberg sink, after its commit of a bat
 before the engine marks the batch published), ``delta_committed`` (the same in the Delta
 sink), ``postgres_committed`` (the same in the PostgreSQL sink).
 
+Before those, while a run plans: ``while_planning``
+(:func:`airflow_connectors.engine.discovery.discover`, right after it took the
+connector's planning lease and before it lists or plans anything), so a test can kill a
+run that holds the lease.
+
 Standard library only, and at the package's top so every layer that has a point (the
 engine, the sinks) can import it without importing upward.
 """

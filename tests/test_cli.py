@@ -208,10 +208,15 @@ def test_run_skips_a_connector_another_run_is_planning(tmp_path: Path) -> None:
     assert store.acquire_lease(ConnectorRef("p", "t", "c"), "another-run")
     store.close()
     out = cli("run", str(spec), home=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
+    # Skipped is not done: exit 75 (issue 22, item 13), and one line saying what to do.
+    assert out.returncode == 75, out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     told = [line for line in out.stderr.splitlines() if "another run" in line]
-    assert len(told) == 1 and "connector p.t.c is being planned by another run" in told[0]
+    assert len(told) == 2 and "connector p.t.c is being planned by another run" in told[0]
+    assert told[1].startswith(
+        "run incomplete: connector p.t.c was skipped and ingested nothing: "
+        "another run (another-run) is planning it; run again once that run ends"
+    )
     assert "t.c: busy, +0 records" in out.stdout
 
 

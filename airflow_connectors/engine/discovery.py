@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import socket
 import time
 from dataclasses import dataclass
 from itertools import islice
 
+from airflow_connectors import failpoints
 from airflow_connectors.engine import schema
 from airflow_connectors.engine.batch import publish_committed
 from airflow_connectors.engine.context import BatchContext
@@ -22,6 +21,7 @@ from airflow_connectors.spec.models import (
     TableSpec,
     TransportSpec,
 )
+from airflow_connectors.state.signals import local_owner
 from airflow_connectors.state.store import BatchPlan, ConnectorRef, StateStore
 from airflow_connectors.state.watermark import FORCE_RELIST
 from airflow_connectors.transports import Cursor, Limits, Transport, WorkItem
@@ -35,7 +35,12 @@ DEFAULT_BATCH_RECORDS = 1_000_000
 
 
 class LeaseBusy(RuntimeError):
-    """Another discovery holds the connector's lease."""
+    """Another discovery holds the connector's lease; ``holder`` is its owner when
+    known (``host:pid`` of an embedded run, ``airflow:<run id>`` of an Airflow run)."""
+
+    def __init__(self, message: str, *, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 @dataclass
@@ -49,8 +54,8 @@ class Discovery:
 
 
 def _owner_id() -> str:
-    """This process as a lease owner: ``host:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """This process as a lease owner: ``host:pid`` (a dead one's lease is free at once)."""
+    return local_owner()
 
 
 def context(
@@ -103,9 +108,17 @@ def discover(
     ctx = dataclasses.replace(ctx)  # given the effective schema below
     ref = ctx.ref
     owner = owner or _owner_id()
-    if not store.acquire_lease(ref, owner):
-        raise LeaseBusy(f"connector {ref} is being planned by another run; try again later")
+    # Renewed by a heartbeat while held: a run that dies frees it within seconds.
+    lease = store.hold_lease(ref, owner)
+    if lease is None:
+        holder = store.lease_holder(ref)
+        by = f" ({holder})" if holder else ""
+        raise LeaseBusy(
+            f"connector {ref} is being planned by another run{by}; try again later",
+            holder=holder,
+        )
     try:
+        failpoints.reach("while_planning")
         roll_forward(store, ref)
         pending = [
             b.batch_id
@@ -163,7 +176,7 @@ def discover(
             store.set_end_of_input(ref, eoi)
         return Discovery(ids, len(new_items), eoi)
     finally:
-        store.release_lease(ref, owner)
+        lease.release()
 
 
 def _with_schema(store: StateStore, ctx: BatchContext) -> bool:

@@ -43,6 +43,9 @@ class ConnectorReport:
     skipped_objects: int = 0
     #: Why it failed (status ``failed``): one line naming the connector and the object.
     error: str | None = None
+    #: Who held its planning lease when it was skipped (status ``busy``): ``another run
+    #: (HOST:PID)``; the connector ingested nothing in this run.
+    busy: str | None = None
 
 
 @dataclass
@@ -63,6 +66,14 @@ class RunReport:
         """``table.connector`` -> its one-line error, for every connector that failed."""
         return {
             ep: c.error or "failed" for ep, c in self.connectors.items() if c.status == "failed"
+        }
+
+    @property
+    def busy(self) -> dict[str, str]:
+        """``table.connector`` -> who was planning it, for every connector this run
+        skipped because another run held its planning lease (it ingested nothing)."""
+        return {
+            ep: c.busy or "another run" for ep, c in self.connectors.items() if c.status == "busy"
         }
 
 
@@ -242,6 +253,8 @@ class EmbeddedRunner:
             # skip it in this run, one line, no traceback.
             log.warning("%s; skipped in this run", e)
             rep.status = "stopped" if isinstance(e, ConnectorStopped) else "busy"
+            if isinstance(e, LeaseBusy):
+                rep.busy = f"another run ({e.holder})" if e.holder else "another run"
             return False
         except Exception as e:
             self._failed(ref, rep, e, recorded=False)
