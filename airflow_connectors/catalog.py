@@ -88,3 +88,39 @@ def sink_of(table: TableSpec, *, pipeline: str, warehouse: str) -> Sink:
         warehouse=warehouse,
     )
     return sink
+
+
+def sealed_connector(doc: dict[str, Any]) -> dict[str, Any]:
+    """A connector as JSON (``model_dump(mode="json")``) with every secret of its
+    transport and format configs sealed (:mod:`.spec.sealed`): what may be stored in
+    Airflow's serialized DAG or the state store."""
+    from airflow_connectors.spec.redact import secret_fields
+    from airflow_connectors.spec.sealed import seal
+
+    out = dict(doc)
+    for part, registry in (("transport", TRANSPORTS), ("format", FORMATS)):
+        spec = doc.get(part)
+        if isinstance(spec, dict) and isinstance(spec.get("config"), dict):
+            name = str(spec.get("name"))
+            model = registry.get(name).Config if name in registry else None
+            out[part] = {**spec, "config": seal(spec["config"], secret_fields(model))}
+    return out
+
+
+def sealed_table(doc: dict[str, Any]) -> dict[str, Any]:
+    """A table as JSON with every secret of its sink config sealed (see
+    :func:`sealed_connector`); its connectors, if any, sealed too."""
+    from airflow_connectors.spec.redact import secret_fields
+    from airflow_connectors.spec.sealed import seal
+
+    out = dict(doc)
+    sink = doc.get("sink")
+    if isinstance(sink, dict) and isinstance(sink.get("config"), dict):
+        name = str(sink.get("name"))
+        model = SINKS.get(name).Config if name in SINKS else None
+        out["sink"] = {**sink, "config": seal(sink["config"], secret_fields(model))}
+    if isinstance(doc.get("connectors"), list):
+        out["connectors"] = [
+            sealed_connector(c) if isinstance(c, dict) else c for c in doc["connectors"]
+        ]
+    return out

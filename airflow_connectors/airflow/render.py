@@ -38,7 +38,7 @@ from airflow.sdk import (
 
 from airflow_connectors.airflow.hooks.spark import DEFAULT_CONN_ID
 from airflow_connectors.airflow.timetables import ConnectorCronTimetable
-from airflow_connectors.catalog import load_pipeline
+from airflow_connectors.catalog import load_pipeline, sealed_connector, sealed_table
 from airflow_connectors.spec import PipelineSpec
 from airflow_connectors.spec.models import CRON_PRESETS, ConnectorSpec, TableSpec
 from airflow_connectors.spec.redact import mask_config
@@ -137,8 +137,9 @@ def connector_tasks(
     endpoint = f"{table.name}.{connector.name}"
     common: dict[str, Any] = {
         "pipeline": p,
-        "table": table.model_dump(mode="json", exclude={"connectors"}),
-        "connector": connector.model_dump(mode="json"),
+        # Secrets sealed: these arguments are stored in Airflow's serialized DAG.
+        "table": sealed_table(table.model_dump(mode="json", exclude={"connectors"})),
+        "connector": sealed_connector(connector.model_dump(mode="json")),
     }
     gate = ConnectorGateOperator(
         task_id="gate",
@@ -316,8 +317,10 @@ class ConnectorPipeline:
                         name=f"{p}.{table.name}.{connector.name}.new_data",
                         trigger=ConnectorNewDataTrigger(
                             pipeline=p,
-                            table=table.model_dump(mode="json", exclude={"connectors"}),
-                            connector=connector.model_dump(mode="json"),
+                            table=sealed_table(
+                                table.model_dump(mode="json", exclude={"connectors"})
+                            ),
+                            connector=sealed_connector(connector.model_dump(mode="json")),
                             poll_interval=trigger.poll_seconds,
                         ),
                     )

@@ -79,11 +79,21 @@ def _labels(value: Any) -> Any:
     return value
 
 
+def _unseal_config(cls: type, value: Any) -> Any:
+    """A config as stored (secrets sealed, :mod:`.sealed`) with its secrets opened: in
+    memory a spec always holds the real values."""
+    from airflow_connectors.spec.sealed import unseal
+
+    return unseal(value)
+
+
 class TransportSpec(StrictConfig):
     """``{name, config}``: which transport reads the data and its settings."""
 
     name: str
     config: dict[str, Any] = Field(default_factory=dict)
+
+    _unsealed = field_validator("config", mode="before")(_unseal_config)
 
 
 class FormatSpec(StrictConfig):
@@ -91,6 +101,8 @@ class FormatSpec(StrictConfig):
 
     name: str
     config: dict[str, Any] = Field(default_factory=dict)
+
+    _unsealed = field_validator("config", mode="before")(_unseal_config)
 
 
 class ErrorsSpec(StrictConfig):
@@ -256,6 +268,8 @@ class SinkSpec(StrictConfig):
 
     name: str = "parquet"
     config: dict[str, Any] = Field(default_factory=dict)
+
+    _unsealed = field_validator("config", mode="before")(_unseal_config)
 
 
 #: How a table's schema follows its data (Auto Loader's ``schemaEvolutionMode``).

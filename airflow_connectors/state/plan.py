@@ -46,11 +46,14 @@ class BatchPlan:
         return ConnectorRef(self.pipeline, self.table.name, self.connector.name)
 
     def to_json(self) -> dict[str, Any]:
-        """The plan as JSON (what the store keeps, plus ``batch_id`` and ``attempt``)."""
+        """The plan as JSON (what the store keeps, plus ``batch_id`` and ``attempt``),
+        its secrets sealed (:mod:`..spec.sealed`): the store never holds one in clear."""
+        from airflow_connectors.catalog import sealed_connector, sealed_table
+
         return {
             "pipeline": self.pipeline,
-            "table": self.table.model_dump(mode="json", exclude={"connectors"}),
-            "connector": self.connector.model_dump(mode="json"),
+            "table": sealed_table(self.table.model_dump(mode="json", exclude={"connectors"})),
+            "connector": sealed_connector(self.connector.model_dump(mode="json")),
             "warehouse": self.warehouse,
             "items": [i.to_json() for i in self.items],
             "batch_id": self.batch_id,

@@ -137,6 +137,13 @@ class UrlInputTransport(Transport):
             return self.config.path
         return self.config.url(self.connection.base_url)
 
+    @property
+    def key(self) -> str:
+        """The source key of the body: its URL with any password or secret query
+        parameter masked, so offsets, plans and messages never hold the secret (the
+        request uses :attr:`url`)."""
+        return mask_url(self.url)
+
     def _client(self) -> httpx.Client:
         import httpx
 
@@ -152,9 +159,12 @@ class UrlInputTransport(Transport):
         """At most one item: the rest of the body after the committed offset (one range of
         ``range_bytes`` for line formats). Raises :class:`BodyChanged` when the body is no
         longer the one whose first bytes were committed."""
-        key = self.url
-        done = cursor.get(key)
-        if key in cursor.in_flight or (done is not None and done.completed):
+        key = self.key
+        # Before keys were masked, a URL with a password was its own key.
+        done = cursor.get(key) or cursor.get(self.url)
+        if key in cursor.in_flight or self.url in cursor.in_flight:
+            return
+        if done is not None and done.completed:
             return
         start = done.offset if done else 0
         records_done = done.records if done else 0
@@ -193,7 +203,7 @@ class UrlInputTransport(Transport):
     def exhausted(self, cursor: Cursor) -> bool | None:
         """True once the whole body is committed."""
         # Decided from the offsets alone: finalize then asks the server nothing.
-        done = cursor.get(self.url)
+        done = cursor.get(self.key) or cursor.get(self.url)
         return done is not None and done.completed
 
     def _head(self) -> _Head | None:
@@ -280,7 +290,7 @@ class UrlInputTransport(Transport):
             headers["Range"] = f"bytes={item.start}-{last}"
         with (
             self._client() as client,
-            client.stream("GET", item.key, headers=headers) as resp,
+            client.stream("GET", self.url, headers=headers) as resp,
         ):
             if resp.status_code == 416:
                 if item.size is not None and item.start < item.size:

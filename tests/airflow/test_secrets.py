@@ -1,6 +1,8 @@
 """Secrets stay secret under real Airflow and real spark-submit: the state-store URL's
 password and a password inside a source URL appear in no task log, no process command
-line, no XCom, no rendered template field and no ``stats`` output."""
+line, no XCom, no rendered template field, no ``stats`` output, and are stored sealed
+(encrypted, :mod:`airflow_connectors.spec.sealed`) in the state store's batch plans and
+Airflow's serialized DAGs, never in clear."""
 
 from __future__ import annotations
 
@@ -103,7 +105,26 @@ def test_no_password_in_logs_command_lines_xcom_rendered_fields_or_stats(
     assert stats.returncode == 0, stats.stderr
     assert "rows.good" in stats.stdout and "total_records=2" in stats.stdout
 
+    import json
+
+    import sqlalchemy as sa
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    engine = sa.create_engine(store_url)
+    try:
+        with engine.connect() as conn:
+            plans = [
+                json.dumps(p) if not isinstance(p, str) else p
+                for p in conn.execute(sa.text("SELECT plan FROM ac_batches")).scalars()
+            ]
+    finally:
+        engine.dispose()
+    assert plans and all("sealed:v1:" in p for p in plans), plans  # stored, sealed
+    serialized = json.dumps([DagSerialization.to_dict(dag) for dag in dags.values()])
+    assert "sealed:v1:" in serialized
     surfaces = {
+        "state store plans (ac_batches.plan)": "\n".join(plans),
+        "serialized DAGs": serialized,
         "task logs": logs.out + logs.err,
         "command lines": "\n".join(seen),
         "xcom and rendered fields": _xcoms_and_rendered_fields("hush.rows.good", good.run_id)

@@ -305,6 +305,14 @@ def test_the_probe_sees_a_late_key_at_once_and_its_run_reads_it(
         c.run(found.batch_ids)
         assert_same_records(c.table(), c.expected(), "id", "table with the late key")
         assert c.finalize() and new_data_fingerprint(c.store, c.ctx) is None
+        # The inline secret key is stored sealed in the plans, never in clear (issue 22).
+        import sqlalchemy as sa
+
+        with c.store.engine.connect() as conn:
+            stored = "\n".join(
+                str(p) for p in conn.execute(sa.text("SELECT plan FROM ac_batches")).scalars()
+            )
+        assert "sealed:v1:" in stored and SECRET_KEY not in stored
     finally:
         c.close()
 

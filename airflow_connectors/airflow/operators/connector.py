@@ -514,10 +514,14 @@ def _metrics(st: Any) -> dict[str, Any]:
 
 
 def plan_secrets(plan: dict[str, Any]) -> set[str]:
-    """Every secret in a batch plan's connector and sink configs (see :mod:`..spec.redact`)."""
+    """Every secret in a batch plan's connector and sink configs (see :mod:`..spec.redact`),
+    sealed ones opened (:mod:`..spec.sealed`): the values a library error could quote."""
     from airflow_connectors.formats import FORMATS
     from airflow_connectors.sinks import SINKS
+    from airflow_connectors.spec.sealed import unseal
     from airflow_connectors.transports import TRANSPORTS
+
+    plan = unseal(plan)
 
     connector = plan.get("connector") or {}
     found = secret_values(connector)

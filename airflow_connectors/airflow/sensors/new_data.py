@@ -38,8 +38,11 @@ class ConnectorNewDataSensor(BaseSensorOperator):
             spec = load_pipeline(path if path.is_absolute() else caller_dir() / path)
         table, conn = spec.find(connector)
         self.pipeline = spec.name
-        self.table = table.model_dump(mode="json")
-        self.connector = conn.model_dump(mode="json")
+        from airflow_connectors.catalog import sealed_connector, sealed_table
+
+        # Secrets sealed: these attributes are stored in Airflow's serialized DAG.
+        self.table = sealed_table(table.model_dump(mode="json"))
+        self.connector = sealed_connector(conn.model_dump(mode="json"))
         self.endpoint = connector
         self.poll_interval = poll_interval
         self.deferrable = deferrable
