@@ -34,6 +34,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pyarrow as pa
 
     from airflow_connectors.spec.models import ColumnSpec, TableSpec
@@ -41,7 +43,13 @@ if TYPE_CHECKING:
 
 
 class RowError(ValueError):
-    """A value that does not fit its column (raised by :func:`conform`)."""
+    """A value that does not fit its column (raised by :func:`conform`). ``row``: the
+    0-based index, among the rows being conformed, of the row holding it, when known
+    (the message says ``in row N of M`` when there was more than one row)."""
+
+    def __init__(self, message: str, row: int | None = None) -> None:
+        super().__init__(message)
+        self.row = row
 
 
 _INT_RANGE = {
@@ -82,6 +90,41 @@ def mismatch(col: ColumnSpec, got: str) -> str:
     """The message for a value that does not fit ``col``: names the column, what it
     takes and what the record held."""
     return f"column {col.name!r} ({col.type}): expected {expected(col.type)}, got {got}"
+
+
+def _row_text(row: int, rows: int) -> str:
+    """`` in row N of M`` for a value among several rows; nothing for a lone row (a
+    format isolates each bad record, whose number the caller gives)."""
+    return f" in row {row + 1} of {rows}" if rows > 1 else ""
+
+
+def _misfit(col: ColumnSpec, arr: pa.ChunkedArray | pa.Array, bad: Any, note: str = "") -> RowError:
+    """The error for the first value of ``arr`` where the boolean mask ``bad`` is true:
+    the value itself and its row, not just any value of the column."""
+    import pyarrow.compute as pc
+
+    hits = pc.indices_nonzero(bad)
+    if not len(hits):  # not expected: ``bad`` was checked to hold a true
+        return RowError(mismatch(col, _first(arr) + note))
+    row = hits[0].as_py()
+    got = show(arr[row].as_py(), arr.type) + _row_text(row, len(arr)) + note
+    return RowError(mismatch(col, got), row)
+
+
+def _failing_row(arr: pa.ChunkedArray, fits: Callable[[pa.ChunkedArray], bool]) -> int | None:
+    """The index of the first value of ``arr`` that ``fits`` refuses (``arr`` as a whole
+    was refused): bisection, O(n) work in O(log n) calls, paid only by a failed cast.
+    None when no single half is refused (not expected of element-wise casts)."""
+    lo, hi = 0, len(arr)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if not fits(arr.slice(lo, mid - lo)):
+            hi = mid
+        elif not fits(arr.slice(mid, hi - mid)):
+            lo = mid
+        else:
+            return None
+    return lo if hi - lo == 1 else None
 
 
 def show(value: object, arrow_type: pa.DataType | None = None) -> str:
@@ -126,9 +169,22 @@ def conform(data: pa.Table, table: TableSpec, schema: pa.Schema) -> pa.Table:
         else:
             arr = pa.nulls(n, fld.type)
         if not col.nullable and arr.null_count:
-            raise RowError(f"column {col.name!r} is NOT NULL but the record has no value for it")
+            raise _no_value(col, arr)
         arrays.append(arr)
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _no_value(col: ColumnSpec, arr: pa.ChunkedArray) -> RowError:
+    """A NOT NULL column without a value: the first such row when there are several."""
+    import pyarrow.compute as pc
+
+    if len(arr) <= 1:
+        return RowError(f"column {col.name!r} is NOT NULL but the record has no value for it")
+    row = pc.indices_nonzero(pc.is_null(arr))[0].as_py()
+    return RowError(
+        f"column {col.name!r} is NOT NULL but row {row + 1} of {len(arr)} has no value for it",
+        row,
+    )
 
 
 def coerce(arr: pa.ChunkedArray, col: ColumnSpec, to: pa.DataType) -> pa.ChunkedArray:
@@ -143,8 +199,25 @@ def coerce(arr: pa.ChunkedArray, col: ColumnSpec, to: pa.DataType) -> pa.Chunked
     except RowError:
         raise
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise RowError(mismatch(col, _first(source, str(e)))) from e
+        # A cast refuses the whole column: find the value it refuses, and its row.
+        row = _failing_row(source, lambda part: _fits(part, col, to)) if len(source) > 1 else 0
+        if row is None:
+            raise RowError(mismatch(col, _first(source, str(e)))) from e
+        got = show(source[row].as_py(), source.type) + _row_text(row, len(source))
+        raise RowError(mismatch(col, got), row) from e
     return arr
+
+
+def _fits(arr: pa.ChunkedArray, col: ColumnSpec, to: pa.DataType) -> bool:
+    """Whether every value of ``arr`` fits ``col`` (what :func:`coerce` does, without
+    looking for the value that does not)."""
+    import pyarrow as pa
+
+    try:
+        _check(_cast(arr, col, to) if arr.type != to else arr, col)
+    except (RowError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return False
+    return True
 
 
 def _first(arr: pa.ChunkedArray | pa.Array, fallback: str = "") -> str:
@@ -165,8 +238,10 @@ def _cast(arr: pa.ChunkedArray, col: ColumnSpec, to: pa.DataType) -> pa.ChunkedA
     if arr.type == to:
         return arr
     cast = _cast_by_source(arr, col, to)
-    if cast is None:
-        raise RowError(mismatch(col, _first(arr)))
+    if cast is None:  # no value of this type fits: the first one is the culprit
+        import pyarrow.compute as pc
+
+        raise _misfit(col, arr, pc.is_valid(arr))
     return cast
 
 
@@ -252,7 +327,7 @@ def _cast_float(arr: pa.ChunkedArray, col: ColumnSpec, to: pa.DataType) -> pa.Ch
     back = pc.cast(dec, arr.type)
     differs = pc.fill_null(pc.not_equal(back, arr), False)
     if pc.any(differs).as_py():
-        raise RowError(mismatch(col, _first(arr.filter(differs)) + " (it would be rounded)"))
+        raise _misfit(col, arr, differs, " (it would be rounded)")
     return dec
 
 
@@ -269,7 +344,7 @@ def _cast_timestamp(
     day = pc.cast(arr, to)
     timed = pc.fill_null(pc.not_equal(pc.cast(day, arr.type), arr), False)
     if pc.any(timed).as_py():
-        raise RowError(mismatch(col, _first(arr.filter(timed)) + " (it has a time of day)"))
+        raise _misfit(col, arr, timed, " (it has a time of day)")
     return day
 
 
@@ -311,7 +386,7 @@ def _check(arr: pa.ChunkedArray, col: ColumnSpec) -> None:
         limit = pa.scalar(10 ** (arr.type.precision - scale), pa.decimal256(76, 0))
         bad = pc.fill_null(pc.greater_equal(pc.abs(wide), pc.cast(limit, wide.type)), False)
     if bad is not None and pc.any(bad).as_py():
-        raise RowError(mismatch(col, _first(arr.filter(bad))))
+        raise _misfit(col, arr, bad)
 
 
 # --- schema evolution -------------------------------------------------------------------
