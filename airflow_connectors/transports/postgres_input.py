@@ -33,6 +33,12 @@ completed with the same bounds, and the next window starts after the committed u
 bound. ``start``/``end`` count records of a range in ``partition_column`` (else
 ``cursor_column``) order: a part committed part way (an offsets edit) is resumed with
 ``OFFSET``, meaningful when that order is total (a unique column).
+
+**Infinity.** PostgreSQL's DATE and TIMESTAMP columns may hold ``infinity`` and
+``-infinity``, which no table column (nor Spark) can hold; the driver reads them as
+values near year -290278 (timestamps) and -5877611 (dates). ``infinity`` says what they
+become: an error of the row (default), NULL, or the column type's greatest/least value;
+they are found with whole-column pyarrow compute, never row by row.
 """
 
 from __future__ import annotations
@@ -71,6 +77,18 @@ BATCH_HINT_BYTES = 16 << 20
 #: large files do, instead of sharing one task as items of unknown size would.
 NOMINAL_RANGE_BYTES = 64 << 20
 _ALIAS = "_ac_q"
+
+#: How the ADBC PostgreSQL driver reads ``infinity`` and ``-infinity``: the server's
+#: sentinels (INT64_MAX/MIN microseconds, INT32_MAX/MIN days, counted from 2000-01-01)
+#: moved to the Unix epoch with wrap-around. No real value reads as them: PostgreSQL's
+#: values start in 4713 BC. ``timestamp`` and ``timestamptz`` alike (microseconds).
+TIMESTAMP_INFINITY = {"infinity": -9222425352054775809, "-infinity": -9222425352054775808}
+DATE_INFINITY = {"infinity": -2147472692, "-infinity": -2147472691}
+_DAY_US = 86_400_000_000
+#: ``infinity: clamp``: the least and greatest DATE (days since 1970-01-01) and
+#: TIMESTAMP (microseconds) values, 0001-01-01 and 9999-12-31(T23:59:59.999999).
+DATE_RANGE = (-719_162, 2_932_896)
+TIMESTAMP_RANGE = (DATE_RANGE[0] * _DAY_US, (DATE_RANGE[1] + 1) * _DAY_US - 1)
 
 
 class PostgresInputConfig(_pg.PostgresConnectionConfig):
@@ -126,6 +144,15 @@ class PostgresInputConfig(_pg.PostgresConnectionConfig):
         le=1000,
         description="Ranges per snapshot or window with partition_column; unset: the "
         "connector's tasks_max (one batch each).",
+    )
+    infinity: Literal["error", "null", "clamp"] = Field(
+        default="error",
+        description="What a DATE or TIMESTAMP value of PostgreSQL's infinity or "
+        "-infinity (which no table column can hold) becomes. 'error': the row is a bad "
+        "record; the batch fails naming the column, the value and the row (never "
+        "stored as a wrong date). 'null': NULL. 'clamp': the column type's greatest "
+        "value for infinity and least for -infinity: 9999-12-31T23:59:59.999999 and "
+        "0001-01-01T00:00:00 for TIMESTAMP, 9999-12-31 and 0001-01-01 for DATE.",
     )
 
     @field_validator("initial_value", mode="before")
@@ -450,8 +477,10 @@ class PostgresInputTransport(Transport):
                 try:
                     cur.execute(sql, parameters=params or None)
                     reader = cur.fetch_record_batch()
+                    done = 0  # rows of the item read before this record batch
                     for rb in reader:
-                        yield from self._conformed(rb)
+                        yield from self._conformed(rb, item, done)
+                        done += rb.num_rows
                 except PostgresInputError:
                     raise
                 except Exception as e:
@@ -496,20 +525,82 @@ class PostgresInputTransport(Transport):
             sql += f" OFFSET {int(item.start)}"
         return sql, params
 
-    def _conformed(self, rb: pa.RecordBatch) -> list[pa.RecordBatch]:
-        """``rb`` with extension columns (numeric, json) as their storage, cast to the
-        table's schema; left as read when a value does not fit, so that the engine's
-        conversion reports it as a bad record of this item."""
+    def _conformed(self, rb: pa.RecordBatch, item: WorkItem, done: int) -> list[pa.RecordBatch]:
+        """``rb`` (rows ``done`` + 1... of ``item``) with extension columns (numeric, json)
+        as their storage and infinities as ``infinity`` says, cast to the table's schema;
+        left as read when a value does not fit, so that the engine's conversion reports
+        it as a bad record of this item."""
         import pyarrow as pa
 
         from airflow_connectors.formats._conform import RowError, conform
 
         arrays = [a.storage if isinstance(a, pa.ExtensionArray) else a for a in rb.columns]
         table = pa.Table.from_arrays(arrays, names=self.table.column_names)
+        table = self._infinities(table, item, done)
         with contextlib.suppress(RowError):
             table = conform(table, self.table, self.table.arrow_schema())
         batches: list[pa.RecordBatch] = table.to_batches()
         return batches
+
+    def _infinities(self, table: pa.Table, item: WorkItem, done: int) -> pa.Table:
+        """``table`` with the infinities of its DATE and TIMESTAMP columns as
+        ``infinity`` says; raises :class:`PostgresInputError` for them under ``error``.
+        Whole-column compute: a column without infinities costs one ``is_in``."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        columns = list(table.columns)
+        for i, col in enumerate(self.table.columns):
+            arr = columns[i]
+            sentinels = _sentinels(arr.type)
+            if sentinels is None:
+                continue
+            ints = pc.cast(arr, pa.int64() if pa.types.is_timestamp(arr.type) else pa.int32())
+            pos = pc.is_in(ints, value_set=pa.array([sentinels["infinity"]], ints.type))
+            neg = pc.is_in(ints, value_set=pa.array([sentinels["-infinity"]], ints.type))
+            either = pc.or_(pos, neg)
+            if not pc.any(either).as_py():
+                continue
+            if self.config.infinity == "error":
+                raise self._infinite(table, col.name, pos, either, item, done)
+            if self.config.infinity == "null" or col.type.kind not in ("DATE", "TIMESTAMP"):
+                columns[i] = pc.if_else(either, pa.scalar(None, arr.type), arr)
+            else:
+                columns[i] = _clamped(arr, pos, neg, col.type.kind)
+        return pa.Table.from_arrays(columns, names=table.column_names)
+
+    def _infinite(
+        self,
+        table: pa.Table,
+        name: str,
+        pos: pa.ChunkedArray,
+        either: pa.ChunkedArray,
+        item: WorkItem,
+        done: int,
+    ) -> PostgresInputError:
+        """The error for the first infinity of column ``name``: its value, the row's
+        position in the item's range (and its range column's value) and what to do."""
+        import pyarrow.compute as pc
+
+        rows = pc.indices_nonzero(either)
+        row = rows[0].as_py()
+        value = "infinity" if pos[row].as_py() else "-infinity"
+        where = f"record {item.start + done + row + 1} of {item.key}"
+        for key in (self.config.partition_column, self.config.cursor_column):
+            found = self._match(dict.fromkeys(table.column_names, ""), key) if key else None
+            if found is not None and found != name:
+                where += f" ({found} = {table.column(found)[row].as_py()})"
+                break
+        more = f"; {len(rows) - 1} more in this read" if len(rows) > 1 else ""
+        col = next(c for c in self.table.columns if c.name == name)
+        sql_name = name if name.isidentifier() and name.islower() else _ident(name)
+        return PostgresInputError(
+            f"postgres_input: {where}: column {name!r} holds {value}, which {col.type} "
+            f"cannot hold{more}. Set the transport's infinity: null (store NULL) or clamp "
+            "(store the type's greatest or least value) and stop and resume the connector "
+            f"so the batch is planned again, or map it in the query (NULLIF({sql_name}, "
+            f"'{value}'))"
+        )
 
     def describe(self) -> str:
         """Where, which mode, which columns, on one line."""
@@ -528,6 +619,40 @@ class PostgresInputTransport(Transport):
 
 def _alias_col(name: str) -> str:
     return f"{_ALIAS}.{_ident(name)}"
+
+
+def _sentinels(t: pa.DataType) -> dict[str, int] | None:
+    """How infinity and -infinity read in an Arrow column of type ``t``; None: never."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(t) and t.unit == "us":
+        return TIMESTAMP_INFINITY
+    if pa.types.is_date32(t):
+        return DATE_INFINITY
+    return None
+
+
+def _clamped(arr: pa.ChunkedArray, pos: Any, neg: Any, kind: str) -> pa.ChunkedArray:
+    """``arr`` (timestamps in microseconds, or dates) with infinity as the greatest and
+    -infinity as the least value of a ``kind`` column (DATE or TIMESTAMP), in a type the
+    table's cast turns into exactly that value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_date32(arr.type) and kind == "TIMESTAMP":
+        # 9999-12-31T23:59:59.999999 is no date: read the dates as timestamps first.
+        either = pc.or_(pos, neg)
+        arr = pc.cast(pc.if_else(either, pa.scalar(None, arr.type), arr), pa.timestamp("us"))
+    if pa.types.is_date32(arr.type):
+        lo, hi = DATE_RANGE
+        ints = pc.cast(arr, pa.int32())
+    else:
+        lo, hi = TIMESTAMP_RANGE if kind == "TIMESTAMP" else (d * _DAY_US for d in DATE_RANGE)
+        ints = pc.cast(arr, pa.int64())
+    bounded = pc.if_else(
+        pos, pa.scalar(hi, ints.type), pc.if_else(neg, pa.scalar(lo, ints.type), ints)
+    )
+    return pc.cast(bounded, arr.type)
 
 
 def _param(params: list[str], value: str, pg_type: str) -> str:
