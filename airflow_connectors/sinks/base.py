@@ -100,6 +100,14 @@ class Sink(ABC):
     def discard(self, batch_id: int, attempt: str | None = None) -> None:
         """Drop staged output of an attempt (or every attempt of the batch)."""
 
+    def unstorable(self, table: pa.Table) -> list[tuple[int, str]]:
+        """The rows of ``table`` (in the table's Arrow schema) that this sink cannot
+        store although the table's columns hold them, found before anything is written:
+        ``(row index, why)`` per such row, ``why`` naming the column and the value. A
+        sink whose part writers refuse such rows declares them here, so they can be
+        told apart from a sink that cannot be written at all. Default: none."""
+        return []
+
     def read(self, kind: Kind = "rows") -> pa.Table | None:
         """The table's rows (or dead letters) as a reader sees them now; None when it has
         none yet. For summaries (the CLI's run) and tests. Default: the Parquet files

@@ -24,6 +24,13 @@ target (``ALTER TABLE ... ADD COLUMN``, NULL in earlier rows) inside that same p
 transaction, never before: ``prepare`` stages the batch with them but leaves the target
 as it is.
 
+Values PostgreSQL cannot store although the table's columns hold them: a NUL character
+(``\\u0000``, valid in JSON and Arrow strings) in text. :meth:`PostgresSink.unstorable`
+finds them (whole-column pyarrow compute) and a part writer refuses a write holding them
+before its ``COPY``, naming the column and the row, instead of PostgreSQL's "invalid
+byte sequence" for the whole part. In a dead letter's text (``raw_text``, ``error``) a
+NUL is stored as the six characters ``\\u0000``.
+
 Fail point ``postgres_committed``: after the PostgreSQL commit, before the state store
 records the batch published.
 """
@@ -57,6 +64,9 @@ PART_COLUMN = "_ac_part"
 #: Serialises the sink's DDL (``CREATE TABLE IF NOT EXISTS`` races in PostgreSQL).
 DDL_LOCK = "airflow_connectors.postgres_sink"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+
+#: What PostgreSQL text cannot hold (and ``\u0000`` escapes in JSON).
+NUL = "\x00"
 
 REMEDY = (
     "check the sink's uri or postgres_conn_id (host, port, database, user, password) and "
@@ -173,11 +183,14 @@ class _PostgresPart(PartWriter):
     (committed by :meth:`close`, rolled back by :meth:`abort`) that first deletes the
     part's rows an earlier run of the same Spark task staged."""
 
-    def __init__(self, sink: PostgresSink, stage: str, part: int, schema: pa.Schema) -> None:
+    def __init__(
+        self, sink: PostgresSink, stage: str, part: int, schema: pa.Schema, kind: Kind = "rows"
+    ) -> None:
         self.sink = sink
         self.stage = stage
         self.part = part
         self.schema = schema
+        self.kind: Kind = kind
         self.rows = 0
         self._conn: Any = None
         self._db_schema = ""
@@ -191,11 +204,17 @@ class _PostgresPart(PartWriter):
             raise self.sink.unwritable(f"cannot stage part {self.part} in {self.stage}", e) from e
 
     def write(self, table: pa.Table) -> None:
-        """COPY ``table``'s rows into the staging table (binary, Arrow-native)."""
+        """COPY ``table``'s rows into the staging table (binary, Arrow-native). Rows
+        PostgreSQL cannot store (:meth:`PostgresSink.unstorable`) are refused before
+        anything is written: :class:`SinkUnwritable` names the first."""
         import pyarrow as pa
 
         if table.num_rows == 0:
             return
+        if self.kind == "errors":
+            table = _without_nul(table)
+        else:
+            self._refuse_unstorable(table)
         if self._conn is None:
             self._conn = self.sink.connect()
             self._guard(self._begin)
@@ -211,6 +230,19 @@ class _PostgresPart(PartWriter):
                 )
             )
         self.rows += table.num_rows
+
+    def _refuse_unstorable(self, table: pa.Table) -> None:
+        bad = self.sink.unstorable(table)
+        if not bad:
+            return
+        row, why = bad[0]
+        more = f" ({len(bad) - 1} more such row(s) in it)" if len(bad) > 1 else ""
+        raise SinkUnwritable(
+            f"table {self.sink.table.name}: row {row + 1} of {table.num_rows} handed to "
+            f"part {self.part}{more}: {why}; remove the NUL characters from the source (or "
+            "replace them in a view of it), or write the table to a sink that stores them "
+            "(parquet, delta, iceberg)"
+        )
 
     def _begin(self) -> None:
         with self._conn.cursor() as cur:
@@ -479,7 +511,30 @@ class PostgresSink(Sink):
 
     def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:
         """A part COPYed into the attempt's staging table of ``kind``."""
-        return _PostgresPart(self, self.stage(batch_id, attempt, kind), part, self.schema(kind))
+        return _PostgresPart(
+            self, self.stage(batch_id, attempt, kind), part, self.schema(kind), kind
+        )
+
+    def unstorable(self, table: pa.Table) -> list[tuple[int, str]]:
+        """Rows holding a NUL character in a text column (PostgreSQL text cannot hold
+        one), each with the first such column: one ``match_substring`` per text column,
+        a Python step per bad row only."""
+        import pyarrow.compute as pc
+
+        found: dict[int, str] = {}
+        for name, column in zip(table.column_names, table.columns, strict=True):
+            if not _is_text(column.type) or column.null_count == len(column):
+                continue
+            nul = pc.fill_null(pc.match_substring(column, NUL), False)
+            if not pc.any(nul).as_py():
+                continue
+            for row in pc.indices_nonzero(nul).to_pylist():
+                found.setdefault(
+                    row,
+                    f"column {name!r} holds a NUL character (\\u0000), which PostgreSQL "
+                    "text cannot store",
+                )
+        return sorted(found.items())
 
     def publish(self, batch_id: int, attempt: str) -> None:
         """One transaction: record the batch in ``_ac_sink_batches``; if it was not
@@ -601,6 +656,26 @@ class PostgresSink(Sink):
         except SinkUnwritable as e:
             raise OSError(str(e)) from e
         return _as_declared(data, self.schema(kind))
+
+
+def _is_text(t: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
+
+
+def _without_nul(table: pa.Table) -> pa.Table:
+    """``table`` (dead letters) with each NUL of its text as the six characters
+    ``\\u0000``: a dead letter is stored, never refused, and says what the record held."""
+    import pyarrow.compute as pc
+
+    columns = []
+    for column in table.columns:
+        text = _is_text(column.type) and column.null_count < len(column)
+        if text and pc.any(pc.fill_null(pc.match_substring(column, NUL), False)).as_py():
+            column = pc.replace_substring(column, NUL, "\\u0000")
+        columns.append(column)
+    return table.from_arrays(columns, schema=table.schema)
 
 
 def _as_declared(data: pa.Table, schema: pa.Schema) -> pa.Table:
