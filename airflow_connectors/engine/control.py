@@ -115,7 +115,9 @@ def connector_view(
     Precedence: STOPPED, PAUSED (connector or pipeline), UNASSIGNED, RESTARTING, FAILED,
     RUNNING. FAILED lasts while the failed batch is still planned (it is retried by the
     next run); once no batch is in flight, because another attempt committed it or a stop
-    released it, a later clean run shows RUNNING again.
+    released it, a later clean run shows RUNNING again. A failed discovery (a missing
+    bucket, refused credentials, an unreachable endpoint) is FAILED with its one line
+    until a later discovery succeeds.
     """
     stopped = bool(record and record.stopped)
     if dag_paused is not None:
@@ -140,7 +142,9 @@ def connector_view(
         return view(State.RESTARTING)
     if failed_task_trace is not None:
         return view(State.FAILED, failed_task_trace or record.fatal_error)
-    if record.state == ConnectorStatus.FAILED and record.buffered_batches > 0:
+    if record.state == ConnectorStatus.FAILED and (
+        record.buffered_batches > 0 or record.fatal_error
+    ):
         return view(State.FAILED, record.fatal_error)
     return view(State.RUNNING)
 
@@ -340,10 +344,13 @@ class ConnectorControl:
         return released
 
     def resume(self, ref: ConnectorRef) -> None:
-        """From any state to running: not stopped, unpaused."""
+        """From any state to running: not stopped, unpaused. A failure whose batch the
+        stop released (or a failed discovery) is over: nothing is failing any more."""
         self.store.set_stopped(ref, False)
         self.store.set_connector_paused(ref, False)
         self.switch.set_paused(ref, False)
+        if not self.store.pending_batches(ref):
+            self.store.clear_failure(ref)
 
     def pause(self, ref: ConnectorRef) -> None:
         """PAUSED, from STOPPED as well."""

@@ -14,6 +14,8 @@ from airflow_connectors import failpoints
 from airflow_connectors.engine import schema
 from airflow_connectors.engine.batch import publish_committed
 from airflow_connectors.engine.context import BatchContext
+from airflow_connectors.engine.failures import one_line
+from airflow_connectors.engine.schema import SchemaInferenceError
 from airflow_connectors.spec.models import (
     ConnectorSpec,
     FormatSpec,
@@ -22,7 +24,7 @@ from airflow_connectors.spec.models import (
     TransportSpec,
 )
 from airflow_connectors.state.signals import local_owner
-from airflow_connectors.state.store import BatchPlan, ConnectorRef, StateStore
+from airflow_connectors.state.store import BatchPlan, ConnectorRef, ConnectorStopped, StateStore
 from airflow_connectors.state.watermark import FORCE_RELIST
 from airflow_connectors.transports import Cursor, Limits, Transport, WorkItem
 from airflow_connectors.transports.base import MTIME
@@ -119,64 +121,82 @@ def discover(
         )
     try:
         failpoints.reach("while_planning")
-        roll_forward(store, ref)
-        pending = [
-            b.batch_id
-            for b in store.pending_batches(ref)
-            if not own_slice_only or same_source(b.plan, ctx)
-        ]
-        tasks_max = ctx.connector.tasks_max
-        ids = pending[:tasks_max]
-        typed = _with_schema(store, ctx)
-        transport = ctx.transport()
-        cursor = _sliced(store.cursor(ref)) if own_slice_only else store.cursor(ref)
-        new_items: list[WorkItem] = []
-        if len(ids) < tasks_max and typed:
-            slots = tasks_max - len(ids)
-            per_batch = ctx.connector.max_batch_size or DEFAULT_BATCH_RECORDS
-            limits = Limits(
-                max_records=slots * per_batch,
-                now=time.time(),
-                appendable=_appendable(ctx),
-                tasks_max=tasks_max,
-            )
-            new_items = list(islice(transport.discover(cursor, limits), limits.max_items))
-            if own_slice_only:  # offsets rows of slices never collapse (see _sliced)
-                new_items = [
-                    dataclasses.replace(i, meta={k: v for k, v in i.meta.items() if k != MTIME})
-                    for i in new_items
-                ]
-            for message, key in transport.notices:
-                log.warning("%s: %s", ref, message)
-                store.record_transport_error(ref, message, source_key=key)
-            groups = split(new_items, slots, ctx.connector.max_batch_size)
-            plans = [dataclasses.replace(ctx, items=items).to_plan() for items in groups]
-            # Planned with the listing's outcome, in one transaction, also when nothing
-            # was planned (state/watermark.py).
-            planned = store.plan_batches(
-                ref,
-                plans,
-                listed=True,
-                relisted_at=_relisted_at(transport, new_items, groups, limits),
-            )
-            if planned:
-                log.info(
-                    "%s: planned %d batch(es) %s over %d new work item(s)",
-                    ref,
-                    len(planned),
-                    planned,
-                    len(new_items),
-                )
-                ids += planned
-        eoi = False
-        if not ids:
-            after = store.cursor(ref)
-            sliced = _sliced(after) if own_slice_only else after
-            eoi = _exhausted(transport, sliced) and not _late_work(store, ctx, sliced)
-            store.set_end_of_input(ref, eoi)
-        return Discovery(ids, len(new_items), eoi)
+        found = _plan(store, ctx, own_slice_only)
+    except (ConnectorStopped, SchemaInferenceError):  # reported as they are
+        raise
+    except Exception as e:
+        # Visible on every surface (REST status, Feldera stats, CLI, the page) as FAILED
+        # with this line, until a later discovery or commit succeeds.
+        store.record_failure(ref, f"connector {ref}: discovery failed: {one_line(e)}")
+        raise
     finally:
         lease.release()
+    return found
+
+
+def _plan(store: StateStore, ctx: BatchContext, own_slice_only: bool) -> Discovery:
+    """The body of :func:`discover`, run while the lease is held."""
+    ref = ctx.ref
+    roll_forward(store, ref)
+    pending = [
+        b.batch_id
+        for b in store.pending_batches(ref)
+        if not own_slice_only or same_source(b.plan, ctx)
+    ]
+    tasks_max = ctx.connector.tasks_max
+    ids = pending[:tasks_max]
+    typed = _with_schema(store, ctx)
+    transport = ctx.transport()
+    cursor = _sliced(store.cursor(ref)) if own_slice_only else store.cursor(ref)
+    new_items: list[WorkItem] = []
+    if len(ids) < tasks_max and typed:
+        slots = tasks_max - len(ids)
+        per_batch = ctx.connector.max_batch_size or DEFAULT_BATCH_RECORDS
+        limits = Limits(
+            max_records=slots * per_batch,
+            now=time.time(),
+            appendable=_appendable(ctx),
+            tasks_max=tasks_max,
+        )
+        new_items = list(islice(transport.discover(cursor, limits), limits.max_items))
+        if own_slice_only:  # offsets rows of slices never collapse (see _sliced)
+            new_items = [
+                dataclasses.replace(i, meta={k: v for k, v in i.meta.items() if k != MTIME})
+                for i in new_items
+            ]
+        for message, key in transport.notices:
+            log.warning("%s: %s", ref, message)
+            store.record_transport_error(ref, message, source_key=key)
+        groups = split(new_items, slots, ctx.connector.max_batch_size)
+        plans = [dataclasses.replace(ctx, items=items).to_plan() for items in groups]
+        # Planned with the listing's outcome, in one transaction, also when nothing
+        # was planned (state/watermark.py).
+        planned = store.plan_batches(
+            ref,
+            plans,
+            listed=True,
+            relisted_at=_relisted_at(transport, new_items, groups, limits),
+        )
+        if planned:
+            log.info(
+                "%s: planned %d batch(es) %s over %d new work item(s)",
+                ref,
+                len(planned),
+                planned,
+                len(new_items),
+            )
+            ids += planned
+    if not pending:
+        # Nothing failed is waiting to be retried: a failure of an earlier discovery is
+        # over (a failed batch keeps the connector FAILED until it commits).
+        store.clear_failure(ref)
+    eoi = False
+    if not ids:
+        after = store.cursor(ref)
+        sliced = _sliced(after) if own_slice_only else after
+        eoi = _exhausted(transport, sliced) and not _late_work(store, ctx, sliced)
+        store.set_end_of_input(ref, eoi)
+    return Discovery(ids, len(new_items), eoi)
 
 
 def _with_schema(store: StateStore, ctx: BatchContext) -> bool:

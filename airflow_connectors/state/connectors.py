@@ -114,6 +114,21 @@ class Connectors(Database):
                 values["finished_at"] = now
             conn.execute(sa.update(s.connectors).where(ref.where(s.connectors)).values(**values))
 
+    def clear_failure(self, ref: ConnectorRef) -> None:
+        """A failure not tied to a planned batch is over (a later discovery succeeded):
+        the connector is no longer FAILED; its errors stay in the error lists."""
+        with self.tx() as conn:
+            conn.execute(
+                sa.update(s.connectors)
+                .where(
+                    ref.where(s.connectors),
+                    s.connectors.c.state == ConnectorStatus.FAILED.value,
+                )
+                .values(
+                    state=ConnectorStatus.RUNNING.value, fatal_error=None, updated_at=time.time()
+                )
+            )
+
     def record_transport_error(
         self, ref: ConnectorRef, message: str, *, source_key: str | None = None
     ) -> bool:

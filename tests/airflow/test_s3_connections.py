@@ -178,3 +178,64 @@ def test_discover_task_fails_in_one_line_for_an_unknown_connection(
     message = str(failed.value)
     assert message.startswith("connector s3missing.orders.landing: s3_input: aws_conn_id "), message
     assert "AIRFLOW_CONN_NOBODY_HAS_IT" in message and "\n" not in message
+
+
+def test_a_missing_bucket_fails_discover_at_once_in_one_line_and_shows_failed(
+    s3_server: S3Server,
+    s3_bucket: str,
+    airflow_conn: str,
+    connectors_env: dict[str, str],
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 22: a permanent error (NoSuchBucket) fails discover on its first try (no
+    Airflow retry), is logged as one ERROR line naming the connector (no botocore
+    traceback), and the connector is FAILED with that line on the state surfaces until
+    a discovery succeeds again."""
+    from airflow_connectors.engine.control import State, connector_view
+    from airflow_connectors.state.store import ConnectorRef, StateStore
+
+    def pipeline(bucket: str) -> Any:
+        connector = {
+            "name": "landing",
+            "transport": {
+                "name": "s3_input",
+                "config": {"bucket_name": bucket, "prefix": "in/", "aws_conn_id": airflow_conn},
+            },
+            "format": {"name": "json", "config": {"update_format": "raw"}},
+        }
+        tables = {"orders": {"columns": {"id": "BIGINT NOT NULL"}, "connectors": [connector]}}
+        return write_pipeline("s3gone", tables)["s3gone.orders.landing"]
+
+    run = pipeline("no-such-bucket-0422").test()
+    states = task_states(run)
+    assert str(run.state) == "failed" and states[("discover", -1)] == "failed", states
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(run_id=run.run_id, task_id="discover").one()
+        assert ti.try_number == 1  # failed at once: no retry for a missing bucket
+    logs = capfd.readouterr()
+    text = logs.out + logs.err
+    errors = [ln for ln in text.splitlines() if "connector s3gone.orders.landing: " in ln]
+    assert any("NoSuchBucket" in ln for ln in errors), text[-3000:]
+    assert "botocore" not in text and "ClientError" not in text, text[-3000:]
+
+    ref = ConnectorRef("s3gone", "orders", "landing")
+    store = StateStore(connectors_env["AIRFLOW__CONNECTORS__STATE_STORE_URL"])
+    try:
+        record = store.status(ref)
+        assert record is not None and record.fatal_error is not None
+        assert "discovery failed" in record.fatal_error and "NoSuchBucket" in record.fatal_error
+        view = connector_view(record, dag_paused=False)
+        assert view.state == State.FAILED and view.trace == record.fatal_error
+        # Fixed: the next discovery succeeds and the connector is no longer FAILED.
+        put_lines(s3_server, s3_bucket, "in/0.json", range(3))
+        ok = pipeline(s3_bucket).test()
+        assert str(ok.state) == "success", task_states(ok)
+        after = store.status(ref)
+        assert after is not None and after.fatal_error is None
+        assert connector_view(after, dag_paused=False).state == State.RUNNING
+        assert any("NoSuchBucket" in e["message"] for e in after.transport_errors)
+    finally:
+        store.close()

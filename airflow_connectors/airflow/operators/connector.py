@@ -43,8 +43,6 @@ from airflow_connectors.sinks._fs import aws_secret_values
 from airflow_connectors.spec.models import ConnectorSpec, TableSpec
 from airflow_connectors.spec.redact import secret_fields, secret_values
 from airflow_connectors.state.store import ConnectorRef, ConnectorStopped, StateStore
-from airflow_connectors.transports._s3 import ConnectionNotFound
-from airflow_connectors.transports.base import SourceOrderError
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset, Context
@@ -68,6 +66,31 @@ def _state_store(settings: Settings) -> Iterator[StateStore]:
         yield store
     finally:
         store.close()
+
+
+@contextmanager
+def _told_in_one_line(task: BaseOperator, ref: ConnectorRef | str) -> Iterator[None]:
+    """An error of the engine becomes one ERROR line naming the connector and the cause
+    (the traceback at DEBUG, the library's chained errors dropped) and fails the task:
+    at once when it is permanent (a missing bucket or connection, refused credentials,
+    a bad config: retrying only delays the failure), through the task's retries when it
+    is transient (the transport's own retry policy already ran inside the attempt)."""
+    from airflow_connectors.engine.failures import is_permanent, one_line
+
+    try:
+        yield
+    except (AirflowSkipException, AirflowException):
+        raise
+    except Exception as e:
+        permanent = is_permanent(e)
+        message = f"connector {ref}: {one_line(e)}"
+        if not permanent:
+            message += " (transient: the task's retries try again)"
+        task.log.error("%s", message)
+        task.log.debug("connector %s: the failure in detail", ref, exc_info=True)
+        if permanent:
+            raise AirflowFailException(message) from None
+        raise AirflowException(message) from None
 
 
 class _ConnectorOperator(BaseOperator):
@@ -221,10 +244,14 @@ class ConnectorDiscoverOperator(_ConnectorOperator):
         """Returns the planned batch ids (XCom, one ingest task each). Skips when the
         connector is stopped, or when another run holds the lease past the wait (with
         templated configs, fails instead so the task's retries plan its own slice)."""
+        with _told_in_one_line(self, self.ref):
+            settings = Settings.load()
+            ctx = self.batch_context(settings)
+            return self._discover(ctx, settings, context)
+
+    def _discover(self, ctx: BatchContext, settings: Settings, context: Context) -> list[int]:
         from airflow_connectors.engine.discovery import LeaseBusy, discover
 
-        settings = Settings.load()
-        ctx = self.batch_context(settings)
         with _state_store(settings) as store:
             # Planning takes a moment: a run that finds another one planning the same
             # connector (backfilled days run side by side) waits for its turn.
@@ -249,10 +276,6 @@ class ConnectorDiscoverOperator(_ConnectorOperator):
                     ) from None
                 except ConnectorStopped as e:
                     raise AirflowSkipException(str(e)) from None
-                except ConnectionNotFound as e:  # a connection to create, not to retry
-                    raise AirflowFailException(f"connector {ctx.ref}: {e}") from None
-                except SourceOrderError as e:  # retrying would not change the order
-                    raise AirflowFailException(f"connector {ctx.ref}: {e}") from None
         if found.batch_ids:
             self.log.info(
                 "connector %s: %d batch(es) to ingest: %s (%d new work item(s))",
@@ -426,13 +449,14 @@ class ConnectorFinalizeOperator(_ConnectorOperator):
         from airflow_connectors.airflow.partitions import slice_finished
         from airflow_connectors.engine.discovery import finalize
 
-        settings = Settings.load()
-        ctx = self.batch_context(settings)
         partitioned = context.get("partition_key") is not None
-        with _state_store(settings) as store:
-            finished = finalize(store, ctx, own_slice_only=self.templated)
-            st = store.status(ctx.ref)
-            done = slice_finished(store, ctx) if partitioned else None
+        with _told_in_one_line(self, self.ref):
+            settings = Settings.load()
+            ctx = self.batch_context(settings)
+            with _state_store(settings) as store:
+                finished = finalize(store, ctx, own_slice_only=self.templated)
+                st = store.status(ctx.ref)
+                done = slice_finished(store, ctx) if partitioned else None
         assert st is not None
         metrics = _metrics(st)
         self.log.info(
