@@ -249,6 +249,14 @@ def open_detail(browser: Any, name: str) -> Any:
     )
 
 
+def failed_uip(ui: Ui) -> list[str]:
+    """The FAILED connectors of ``uip`` as the unfiltered page data says: ``bad.flaky``
+    (its batch failed), and ``hush.url`` where a failure recorded without a batch (a
+    failed discovery) counts as FAILED."""
+    page = ui.get("/ui/connectors", q="uip.", limit=100)
+    return [c["name"] for c in page["connectors"] if c["state"] == "FAILED"]
+
+
 # --- REST -------------------------------------------------------------------------
 
 
@@ -266,7 +274,8 @@ def test_page_data_pages_and_filters_on_the_server(ui: Ui) -> None:
         ("uip.later.after", ["bad.flaky"])
     ]
     failed = ui.get("/ui/connectors", q="uip.", status="FAILED")
-    assert [c["name"] for c in failed["connectors"]] == ["uip.bad.flaky"]
+    assert [c["name"] for c in failed["connectors"]] == failed_uip(ui)
+    assert "uip.bad.flaky" in failed_uip(ui)
     # A read-only user reads the page's data; the page's API has no way to steer.
     reader = ui.airflow.client_for("reader", "reader-pw")
     assert reader.get("/connect/ui/connectors", params={"q": "gold"}).json()["total"] == 10
@@ -326,7 +335,7 @@ def test_filter_box_and_paging_show_the_right_rows(ui: Ui, browser: Any) -> None
     )
     browser.save_screenshot(str(ARTIFACTS / "filter-held.png"))
     set_filter(browser, "uip.", status="FAILED")
-    wait_for("the failed connector", lambda: shown(browser) == ["uip.bad.flaky"])
+    wait_for("the failed connectors", lambda: shown(browser) == failed_uip(ui))
 
 
 def test_detail_shows_batches_chart_schema_and_links(ui: Ui, browser: Any) -> None:
@@ -442,3 +451,161 @@ def test_detail_shows_backlog_and_the_blocker(ui: Ui, browser: Any) -> None:
     }
     assert edges == {("events.files", "false"), ("bad.flaky", "true")}
     browser.save_screenshot(str(ARTIFACTS / "detail-held-by.png"))
+
+
+# --- what the user may do (issue 22, item 9) ----------------------------------------
+
+#: The page's buttons that change a connector.
+CHANGES = ("pause", "resume", "restart", "stop")
+
+
+def token_of(client: Any) -> str:
+    return str(client.headers["Authorization"]).removeprefix("Bearer ")
+
+
+def log_in(browser: Any, ui: Ui, token: str) -> None:
+    """The page afresh with ``token`` as Airflow's login cookie."""
+    browser.add_cookie({"name": "_token", "value": token, "path": "/"})
+    browser.get(f"{ui.airflow.url}/connect/ui")
+
+
+def buttons(browser: Any, name: str) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [
+        b.get_attribute("data-action")
+        for b in browser.find_elements(By.CSS_SELECTOR, f'tr[data-connector="{name}"] button')
+        if b.get_attribute("data-action")
+    ]
+
+
+def notice(browser: Any, name: str, kind: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    found = browser.find_elements(
+        By.CSS_SELECTOR, f'tr[data-connector="{name}"] .notice[data-kind="{kind}"] .notice-text'
+    )
+    return str(found[0].text) if found else ""
+
+
+def dag_paused(ui: Ui, dag_id: str) -> bool:
+    return bool(ui.airflow.client.get(f"/api/v2/dags/{dag_id}").json()["is_paused"])
+
+
+def test_page_data_says_what_the_user_may_do(ui: Ui) -> None:
+    admin = ui.get("/ui/connectors", q="uip.", limit=100)["connectors"]
+    assert len(admin) == 4 and all(c["can"] == {"change": True} for c in admin)
+    assert ui.get("/ui/connectors/uip.events.files")["can"] == {"change": True}
+    reader = ui.airflow.client_for("reader", "reader-pw")
+    page = reader.get("/connect/ui/connectors", params={"q": "uip.", "limit": 100}).json()
+    assert [c["name"] for c in page["connectors"]] == [c["name"] for c in admin]
+    assert all(c["can"] == {"change": False} for c in page["connectors"])
+    detail = reader.get("/connect/ui/connectors/uip.events.files").json()
+    assert detail["can"] == {"change": False}
+    # The API agrees with the page data: the reader's change is refused.
+    refused = reader.put("/connect/connectors/uip.events.files/pause")
+    assert refused.status_code == 403
+    assert "may not change connector(s) uip.events.files" in refused.json()["message"]
+
+
+def test_reader_sees_no_action_and_a_refusal_is_shown(ui: Ui, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    name = "uip.events.files"
+    uip = ["uip.bad.flaky", "uip.events.files", "uip.hush.url", "uip.later.after"]
+    paused = dag_paused(ui, name)
+    try:
+        log_in(browser, ui, token_of(ui.airflow.client_for("reader", "reader-pw")))
+        set_filter(browser, "uip.")
+        wait_for("the uip connectors", lambda: shown(browser) == uip)
+        assert {n: buttons(browser, n) for n in uip} == {n: ["details"] for n in uip}
+        assert not browser.find_elements(
+            By.CSS_SELECTOR, ", ".join(f'button[data-action="{a}"]' for a in CHANGES)
+        )
+        assert all(
+            browser.find_element(By.CSS_SELECTOR, f'tr[data-connector="{n}"] .read-only').text
+            == "read-only"
+            for n in uip
+        )
+        browser.save_screenshot(str(ARTIFACTS / "reader-no-actions.png"))
+        # The action endpoint the page uses, called by the page as the reader: the API
+        # refuses and the page shows its message in the connector's row.
+        browser.execute_script("act(arguments[0], 'pause')", name)
+        text = wait_for("the refusal", lambda: notice(browser, name, "error"))
+        assert text.startswith("pause refused (403): user 'reader' may not change connector(s)")
+        assert "DAG edit access" in text
+        assert notice(browser, name, "ok") == ""
+        time.sleep(4)  # a refresh later (every 3 s) it is still there
+        assert notice(browser, name, "error") == text
+        assert dag_paused(ui, name) == paused
+        browser.save_screenshot(str(ARTIFACTS / "reader-refused.png"))
+    finally:
+        log_in(browser, ui, token_of(ui.airflow.client))
+
+
+def test_admin_sees_actions_and_a_refused_click_is_shown(ui: Ui, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    # A successful action looks like one: the DAG's flag flips, the row says accepted.
+    other = "uimany.t05.c0"
+    set_filter(browser, other)
+    wait_for(f"row {other}", lambda: shown(browser) == [other])
+    for _ in range(2):  # pause then resume, or the other way round: left as found
+        paused = dag_paused(ui, other)
+        action = "resume" if paused else "pause"
+        wait_for(f"the {action} button", lambda a=action: a in buttons(browser, other))
+        assert buttons(browser, other) == ["details", action, "restart"]
+        browser.find_element(
+            By.CSS_SELECTOR, f'tr[data-connector="{other}"] button[data-action="{action}"]'
+        ).click()
+        wait_for(f"{action} done", lambda p=paused: dag_paused(ui, other) is not p)
+        assert wait_for("the success", lambda: notice(browser, other, "ok")).endswith(
+            f"{action}: accepted"
+        )
+        assert notice(browser, other, "error") == ""
+
+    # The admin's login is downgraded to the reader's after the page showed the buttons:
+    # the click is refused and the page shows the API's message next to the connector.
+    name = "uip.events.files"
+    set_filter(browser, "uip.")
+    wait_for(f"row {name}", lambda: name in shown(browser))
+    paused = dag_paused(ui, name)
+    action = "resume" if paused else "pause"
+    wait_for(f"the {action} button", lambda: action in buttons(browser, name))
+    reader = token_of(ui.airflow.client_for("reader", "reader-pw"))
+    admin = token_of(ui.airflow.client)
+    selector = f'tr[data-connector="{name}"] button[data-action="{action}"]'
+    try:
+        for _ in range(5):
+            browser.add_cookie({"name": "_token", "value": reader, "path": "/"})
+            clicked = browser.execute_script(
+                "const b = document.querySelector(arguments[0]);"
+                " if (!b || b.disabled) return false; b.click(); return true;",
+                selector,
+            )
+            if clicked:
+                break
+            # A refresh as the reader took the button away first: again, as the admin.
+            browser.add_cookie({"name": "_token", "value": admin, "path": "/"})
+            wait_for(f"the {action} button", lambda: action in buttons(browser, name))
+        else:
+            pytest.fail("could not click the button with the downgraded login")
+        text = wait_for("the refusal", lambda: notice(browser, name, "error"))
+        assert text.startswith(
+            f"{action} refused (403): user 'reader' may not change connector(s) {name}"
+        )
+        assert notice(browser, name, "ok") == ""
+        assert dag_paused(ui, name) == paused
+        # The next refresh (as the reader now) takes the buttons away; the message stays.
+        wait_for("no action button", lambda: buttons(browser, name) == ["details"])
+        assert notice(browser, name, "error") == text
+        browser.save_screenshot(str(ARTIFACTS / "admin-downgraded-refused.png"))
+        # Dismissed, it goes.
+        browser.find_element(
+            By.CSS_SELECTOR, f'tr[data-connector="{name}"] .notice .dismiss'
+        ).click()
+        wait_for("the refusal dismissed", lambda: notice(browser, name, "error") == "")
+    finally:
+        log_in(browser, ui, admin)
+    set_filter(browser, name)
+    wait_for("the admin's buttons again", lambda: action in buttons(browser, name))

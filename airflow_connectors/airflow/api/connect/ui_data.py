@@ -2,6 +2,12 @@
 same login and DAG access rules as every other route (:mod:`.auth`: a user who may
 read a connector's DAG may read it here; nothing here steers).
 
+**What the user may do**: each connector carries ``can``: ``{"change": bool}``, whether
+Airflow's auth manager gives the logged-in user DAG edit access to its DAG, what the
+connector API asks (:func:`.auth.may` with ``PUT``) to pause, resume, stop or restart
+it or edit its offsets. The page shows those actions only where ``change`` is true (the
+API still decides: a refusal is shown on the page).
+
 - ``GET /connect/ui/connectors?q=&status=&offset=&limit=``: one page of the connectors
   the user may read, filtered on the server (``q``: part of the name or of a label,
   any case; ``status``: a state such as ``RUNNING`` or ``FAILED``, or ``HELD`` for the
@@ -84,6 +90,8 @@ class Connectors:
     every: dict[str, Row]
     readable: list[Row]
     pipeline_paused: dict[str, bool]
+    #: The DAG ids of the connectors the user may change (DAG edit access).
+    changeable: set[str] = field(default_factory=set)
 
     def held_by(self, row: Row) -> list[str]:
         """The carriers of ``row``'s ``start_after`` labels that have not finished: the
@@ -189,7 +197,9 @@ def connector_detail(request: Request, name: str) -> dict[str, Any]:
 
 def load(user: Any, pipeline: str | None = None) -> Connectors:
     """The connectors Airflow knows (of ``pipeline``, or all) with their specs from the
-    serialized DAGs, states and carriers, and which of them ``user`` may read."""
+    serialized DAGs, states and carriers, which of them ``user`` may read, and which
+    they may change: the auth manager's DAG decisions (``is_authorized_dag`` per DAG
+    with its team, as :func:`.auth.may` asks them), in one query for all DAGs."""
     from airflow.api_fastapi.app import get_auth_manager
 
     refs = catalog.known_connectors(pipeline)
@@ -205,9 +215,12 @@ def load(user: Any, pipeline: str | None = None) -> Connectors:
         r.waits_for = [
             (label, c) for label in r.start_after for c in carriers.get((r.ref.pipeline, label), [])
         ]
-    allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
+    manager = get_auth_manager()
+    allowed = manager.get_authorized_dag_ids(user=user, method="GET")
     readable = [r for r in every.values() if catalog.connector_name(r.ref) in allowed]
-    return Connectors(every, readable, paused)
+    editable = manager.get_authorized_dag_ids(user=user, method="PUT") if readable else set()
+    changeable = {n for r in readable if (n := catalog.connector_name(r.ref)) in editable}
+    return Connectors(every, readable, paused, changeable)
 
 
 def specs_of(
@@ -276,7 +289,8 @@ def matches(row: Row, q: str, status: str, found: Connectors) -> bool:
 def row_json(
     row: Row, found: Connectors, backlog: dict[str, Any] | None, asset_id: int | None
 ) -> dict[str, Any]:
-    """A connector as the page shows it (secrets masked)."""
+    """A connector as the page shows it (secrets masked), with what the user may do
+    with it (``can``, see the module docstring)."""
     st = row.record or ConnectorState(ref=row.ref)
     name = catalog.connector_name(row.ref)
     trace = st.fatal_error if row.state == State.FAILED else None
@@ -316,6 +330,7 @@ def row_json(
         "gate": found.gate(row),
         "backlog": backlog or empty_backlog(),
         "links": links(name, asset_id),
+        "can": {"change": name in found.changeable},
     }
 
 
