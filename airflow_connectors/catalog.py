@@ -31,6 +31,14 @@ def load_pipeline(path: str | Path, *, pipeline: str | None = None) -> PipelineS
     return _load.load_pipeline(path, pipeline=pipeline, plugins=PLUGINS)
 
 
+def load_pipeline_keeping_valid(
+    path: str | Path, *, pipeline: str | None = None
+) -> tuple[PipelineSpec, dict[tuple[str, str], list[str]]]:
+    """:func:`airflow_connectors.spec.load.load_pipeline_keeping_valid` against the
+    installed plugins."""
+    return _load.load_pipeline_keeping_valid(path, pipeline=pipeline, plugins=PLUGINS)
+
+
 def parse_pipeline(
     doc: Any, *, name: str | None = None, base_dir: Path | None = None, source: str | None = None
 ) -> PipelineSpec:

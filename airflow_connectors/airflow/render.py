@@ -38,7 +38,12 @@ from airflow.sdk import (
 
 from airflow_connectors.airflow.hooks.spark import DEFAULT_CONN_ID
 from airflow_connectors.airflow.timetables import ConnectorCronTimetable
-from airflow_connectors.catalog import load_pipeline, sealed_connector, sealed_table
+from airflow_connectors.catalog import (
+    load_pipeline,
+    load_pipeline_keeping_valid,
+    sealed_connector,
+    sealed_table,
+)
 from airflow_connectors.spec import PipelineSpec
 from airflow_connectors.spec.models import CRON_PRESETS, ConnectorSpec, TableSpec
 from airflow_connectors.spec.redact import mask_config
@@ -207,6 +212,9 @@ class ConnectorPipeline:
         self.start_date = start_date
         self.dag_kwargs = dict(dag_kwargs or {})
         self._dags: dict[str, DAG] | None = None
+        #: ``(table, connector) -> problem lines`` of connectors left out of a spec file
+        #: because they are not valid (see :meth:`from_file`).
+        self.invalid: dict[tuple[str, str], list[str]] = {}
 
     @classmethod
     def from_file(
@@ -217,7 +225,20 @@ class ConnectorPipeline:
         p = Path(path)
         if not p.is_absolute():
             p = caller_dir() / p
-        return cls(load_pipeline(p, pipeline=pipeline), **kwargs)
+        # One invalid connector (a start_after typo) must not take its pipeline's valid
+        # connectors down: they keep their DAGs, it gets one that fails with its problems.
+        spec, invalid = load_pipeline_keeping_valid(p, pipeline=pipeline)
+        rendered = cls(spec, **kwargs)
+        rendered.invalid = invalid
+        for (table, connector), lines in invalid.items():
+            log.error(
+                "pipeline %s: connector %s.%s is not valid and does not run until fixed: %s",
+                spec.name,
+                table,
+                connector,
+                "; ".join(lines),
+            )
+        return rendered
 
     def dags(self) -> dict[str, DAG]:
         """``dag_id -> DAG``, one per connector; built once."""
@@ -226,6 +247,9 @@ class ConnectorPipeline:
             self._dags = {}
             for table, connector in self.spec.connectors():
                 dag = self._render(table, connector)
+                self._dags[dag.dag_id] = dag
+            for (table_name, connector_name), lines in self.invalid.items():
+                dag = self._render_invalid(table_name, connector_name, lines)
                 self._dags[dag.dag_id] = dag
             log.info(
                 "pipeline %s: rendered %d connector DAG(s) in %.0f ms",
@@ -236,6 +260,27 @@ class ConnectorPipeline:
         return self._dags
 
     # --- one connector --------------------------------------------------------------
+
+    def _render_invalid(self, table: str, connector: str, lines: list[str]) -> DAG:
+        """The DAG of a connector whose spec is not valid: no schedule, one task that
+        fails at once with the problems (so a run, the UI and the REST API say why)."""
+        from airflow_connectors.airflow.operators.connector import ConnectorInvalidOperator
+
+        p = self.spec.name
+        problems = "\n".join(f"- {line}" for line in lines)
+        with DAG(
+            dag_id=f"{p}.{table}.{connector}",
+            schedule=None,
+            start_date=self.start_date or DEFAULT_START_DATE,
+            catchup=False,
+            tags=[f"pipeline:{p}", f"table:{table}", "invalid"],
+            doc_md=f"**Connector `{p}.{table}.{connector}` is not valid** and does not run "
+            f"until its spec is fixed:\n\n{problems}\n",
+        ) as dag:
+            ConnectorInvalidOperator(
+                task_id="gate", connector=f"{p}.{table}.{connector}", problems=lines
+            )
+        return dag
 
     def _render(self, table: TableSpec, connector: ConnectorSpec) -> DAG:
         p = self.spec.name

@@ -14,7 +14,8 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
-from conftest import dag_file, task_states, write_pipeline
+import yaml
+from conftest import DAGS, dag_file, task_states, write_pipeline
 
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR"}
 
@@ -460,3 +461,48 @@ def test_local_cli_pauses_the_dag_in_the_local_airflow(
         timeout=300,
     )
     assert "state: PAUSED  paused: True" in top.stdout, top.stderr[-2000:]
+
+
+def test_one_invalid_connector_keeps_the_valid_ones_and_fails_alone(
+    connectors_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 22: a start_after typo in one connector made every DAG of its pipeline stale
+    with a Python traceback as the import error. Now the valid connectors keep their
+    DAGs, no import error is raised, and the invalid one has a DAG that fails at once
+    with the problem lines (its own start_after target left out with it)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_connectors.airflow.render import ConnectorPipeline
+
+    gen = {"name": "datagen", "config": {"plan": [{"limit": 3}]}}
+    tables = {
+        "t": {
+            "columns": {"id": "BIGINT NOT NULL"},
+            "connectors": [
+                {"name": "good", "labels": ["good.done"], "transport": gen},
+                {"name": "typo", "start_after": "good.dnoe", "transport": gen},
+                {"name": "after_good", "start_after": "good.done", "transport": gen},
+            ],
+        }
+    }
+    dags = write_pipeline("halfbad", tables)
+    assert set(dags) == {"halfbad.t.good", "halfbad.t.typo", "halfbad.t.after_good"}
+    assert [t.task_id for t in dags["halfbad.t.typo"].tasks] == ["gate"]
+    assert "good.dnoe" in (dags["halfbad.t.typo"].doc_md or "")
+    assert len(dags["halfbad.t.good"].tasks) == 5
+    run = dags["halfbad.t.typo"].test()
+    assert str(run.state) == "failed" and task_states(run) == {("gate", -1): "failed"}
+    # The valid one still runs.
+    assert str(dags["halfbad.t.good"].test().state) == "success"
+
+    # A problem outside any connector still fails the file, its message the problems.
+    bad = tmp_path / "dags"
+    bad.mkdir()
+    (bad / "broken.yaml").write_text(
+        yaml.safe_dump({"pipeline": "broken", "tables": {"t": {"columns": {"id": "NOPE"}}}})
+    )
+    bag = DagBag(dag_folder=str(dag_file(bad, "broken.yaml")))
+    [error] = bag.import_errors.values()
+    assert "tables.t.columns.id" in error
+    pipeline = ConnectorPipeline.from_file(DAGS / "halfbad.yaml")
+    assert list(pipeline.invalid) == [("t", "typo")]

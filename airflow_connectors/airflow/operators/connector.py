@@ -218,6 +218,27 @@ class ConnectorGateOperator(BaseOperator):
         )
 
 
+class ConnectorInvalidOperator(BaseOperator):
+    """The one task of a connector whose spec is not valid: fails at once (no retries)
+    with the spec's problems, one per line."""
+
+    ui_color = "#fce8e6"
+
+    def __init__(self, *, connector: str, problems: Sequence[str], **kwargs: Any) -> None:
+        kwargs.setdefault("retries", 0)
+        super().__init__(**kwargs)
+        self.connector = connector
+        self.problems = list(problems)
+
+    def execute(self, context: Context) -> None:
+        """Fails with the problems."""
+        message = f"connector {self.connector} is not valid; fix its spec: " + "; ".join(
+            self.problems
+        )
+        self.log.error("%s", message)
+        raise AirflowFailException(message)
+
+
 class ConnectorDiscoverOperator(_ConnectorOperator):
     """Lists new work after the committed offsets under the connector's lease, persists
     at most ``tasks_max`` batch plans and returns their ids (empty: nothing to do)."""
