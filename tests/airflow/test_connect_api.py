@@ -494,10 +494,18 @@ def test_connector_plugins_describe_and_validate_configs(api: Api) -> None:
     ).json()
     assert result["name"] == "file_input" and result["error_count"] == 3
     values = {c["value"]["name"]: c["value"] for c in result["configs"]}
-    assert values["path"]["errors"] == ["Field required"]
-    assert values["follow"]["errors"] and values["colour"]["errors"] == [
-        "Extra inputs are not permitted"
-    ]
+    # The CLI's messages (issue 22): the field's path, a did-you-mean, the allowed fields.
+    assert values["path"]["errors"] == ["path: required field is missing"]
+    assert values["follow"]["errors"][0].startswith("follow: ")
+    assert "'maybe'" in values["follow"]["errors"][0]
+    [colour] = values["colour"]["errors"]
+    assert colour.startswith("colour: unknown field 'colour'"), colour
+    assert "allowed fields: path, follow" in colour
+    typo = api(
+        "PUT", "/connector-plugins/file_input/config/validate", json={"path": "/x", "folow": True}
+    ).json()
+    [folow] = [c["value"]["errors"] for c in typo["configs"] if c["value"]["name"] == "folow"]
+    assert folow[0].startswith("folow: unknown field 'folow' (did you mean 'follow'?)"), folow
     assert api("GET", "/connector-plugins/nope/config").status_code == 404
 
 

@@ -92,15 +92,19 @@ def validate(
     With ``check_connections``, the connections the config names are tested (exist,
     and their service answers) once the config itself is valid; a failure is an error
     of the field that names the connection."""
-    from pydantic import ValidationError
+    import re
+
+    from airflow_connectors.spec.errors import SpecError, validated
 
     errors: dict[str, list[str]] = {}
-    try:
-        config.model_validate(values)
-    except ValidationError as e:
-        for err in e.errors(include_url=False):
-            field = str(err["loc"][0]) if err["loc"] else ""
-            errors.setdefault(field, []).append(err["msg"])
+    problems: list[SpecError] = []
+    # The messages the CLI's validate gives: the field's JSON path in the config, a
+    # did-you-mean for unknown fields, the value that failed (a URL's password masked).
+    validated([], config, values, problems)
+    for spec_error in problems:
+        path = spec_error.path
+        field = re.split(r"[.\[]", path, maxsplit=1)[0] if path else ""
+        errors.setdefault(field, []).append(str(spec_error))
     if check_connections is not None and not errors:
         for field, problem in check_connections(values).items():
             errors.setdefault(field, []).append(problem)
