@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -275,8 +276,15 @@ def _run(args: argparse.Namespace) -> int:
         skipped = (
             f", {rep.skipped_objects} unreadable object(s) skipped" if rep.skipped_objects else ""
         )
+        waits = ""
+        if rep.waiting and rep.ready_at is not None:
+            until = time.strftime("%H:%M:%S", time.localtime(rep.ready_at))
+            waits = (
+                f"; {rep.waiting} file(s) seen but not read yet: modified within "
+                f"min_file_age, readable from {until}; run again then"
+            )
         print(
-            f"  {ep}: {rep.status}, +{rep.records} records ({rep.batches} batches, {rep.parse_errors} parse errors{skipped}) this run, {total} in total"
+            f"  {ep}: {rep.status}, +{rep.records} records ({rep.batches} batches, {rep.parse_errors} parse errors{skipped}) this run, {total} in total{waits}"
         )
     _print_tables(spec, runner, args.show)
     failed = report.failed

@@ -283,3 +283,29 @@ def test_empty_state_store_url_is_refused(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert "argument --state-store-url: is empty; give a SQLAlchemy URL" in out.stderr
     assert not (tmp_path / "connectors").exists()  # no fallback to the default store
+
+
+def test_a_run_right_after_files_are_written_says_they_wait_for_min_file_age(
+    tmp_path: Path,
+) -> None:
+    """Issue 22: a one-shot run right after a file was written read nothing and said only
+    `idle, +0 records`; it now says how many files wait for min_file_age, and until when."""
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    (drop / "a.json").write_text('{"id": 1}\n{"id": 2}\n')
+    spec = tmp_path / "p.yaml"
+    spec.write_text(
+        "pipeline: p\n"
+        "tables:\n"
+        "  t:\n"
+        "    columns: {id: BIGINT}\n"
+        "    connectors:\n"
+        "      - name: c\n"
+        f"        transport: {{name: file_input, config: {{path: {drop}, min_file_age: 60}}}}\n"
+        "        format: {name: json}\n"
+    )
+    out = cli("run", str(spec), home=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [line] = [ln for ln in out.stdout.splitlines() if ln.strip().startswith("t.c:")]
+    assert "+0 records" in line
+    assert "1 file(s) seen but not read yet: modified within min_file_age, readable from" in line

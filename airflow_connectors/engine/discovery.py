@@ -53,6 +53,10 @@ class Discovery:
     batch_ids: list[int]
     new_items: int
     end_of_input: bool
+    #: Keys the transport saw but held back for a later discovery (files modified
+    #: within ``min_file_age``), and when the last of them becomes readable.
+    waiting: int = 0
+    ready_at: float | None = None
 
 
 def _owner_id() -> str:
@@ -149,6 +153,7 @@ def _plan(store: StateStore, ctx: BatchContext, own_slice_only: bool) -> Discove
     transport = ctx.transport()
     cursor = _sliced(store.cursor(ref)) if own_slice_only else store.cursor(ref)
     new_items: list[WorkItem] = []
+    waiting: list[tuple[str, float]] = []
     if len(ids) < tasks_max and typed:
         slots = tasks_max - len(ids)
         per_batch = ctx.connector.max_batch_size or DEFAULT_BATCH_RECORDS
@@ -159,6 +164,7 @@ def _plan(store: StateStore, ctx: BatchContext, own_slice_only: bool) -> Discove
             tasks_max=tasks_max,
         )
         new_items = list(islice(transport.discover(cursor, limits), limits.max_items))
+        waiting = list(transport.waiting)
         if own_slice_only:  # offsets rows of slices never collapse (see _sliced)
             new_items = [
                 dataclasses.replace(i, meta={k: v for k, v in i.meta.items() if k != MTIME})
@@ -196,7 +202,20 @@ def _plan(store: StateStore, ctx: BatchContext, own_slice_only: bool) -> Discove
         sliced = _sliced(after) if own_slice_only else after
         eoi = _exhausted(transport, sliced) and not _late_work(store, ctx, sliced)
         store.set_end_of_input(ref, eoi)
-    return Discovery(ids, len(new_items), eoi)
+    if waiting and not ids:
+        log.info(
+            "%s: %d key(s) wait to be read (modified within min_file_age), the last until %s",
+            ref,
+            len(waiting),
+            time.strftime("%H:%M:%S", time.localtime(max(t for _, t in waiting))),
+        )
+    return Discovery(
+        ids,
+        len(new_items),
+        eoi,
+        waiting=len(waiting),
+        ready_at=max((t for _, t in waiting), default=None),
+    )
 
 
 def _with_schema(store: StateStore, ctx: BatchContext) -> bool:

@@ -46,6 +46,10 @@ class ConnectorReport:
     #: Who held its planning lease when it was skipped (status ``busy``): ``another run
     #: (HOST:PID)``; the connector ingested nothing in this run.
     busy: str | None = None
+    #: Keys seen but not read yet (files modified within ``min_file_age``) and when the
+    #: last of them becomes readable (epoch seconds), when its last round read nothing.
+    waiting: int = 0
+    ready_at: float | None = None
 
 
 @dataclass
@@ -257,8 +261,11 @@ class EmbeddedRunner:
                 rep.busy = f"another run ({e.holder})" if e.holder else "another run"
             return False
         except Exception as e:
-            self._failed(ref, rep, e, recorded=False)
+            # discover recorded it as the connector's failure (one line, FAILED).
+            self._failed(ref, rep, e, recorded=True)
             return False
+        if found.waiting and not found.batch_ids:
+            rep.waiting, rep.ready_at = found.waiting, found.ready_at
         progress = False
         for batch_id in found.batch_ids:
             # The connector's other batches still run: their items are independent.

@@ -170,6 +170,10 @@ class Transport(ABC):
         #: planned, the framework makes it the cursor's ``late_after`` and restarts the
         #: ``since_relist`` count; otherwise the count goes up by one.
         self.relisted_at: float | None = None
+        #: Set by ``discover``: keys it saw but held back for a later discovery (a file
+        #: modified within ``min_file_age``), as ``(key, epoch seconds when readable)``,
+        #: so a run that found nothing can say that something waits, and until when.
+        self.waiting: list[tuple[str, float]] = []
         #: How transient errors of one call are retried (the connector's ``errors.retry.*``).
         self.retry = RetryPolicy()
 

@@ -157,6 +157,7 @@ class FileInputTransport(Transport):
         row and changed at or after ``late_after`` (late files); a complete re-list
         reports its start minus ``relist_margin_s`` as ``relisted_at``."""
         self.relisted_at = None
+        self.waiting = []
         started = time.time()
         follow = self.config.follow
         if not follow:  # following keeps every offsets row: no watermark to trust
@@ -200,6 +201,7 @@ class FileInputTransport(Transport):
                 # later discovery rather than being read up to its current size (and this
                 # re-list vouches only for files older than it).
                 relisted_at = min(relisted_at, changed)
+                self.waiting.append((path, st.st_mtime + self.config.min_file_age))
                 continue
             item = self._item(path, st.st_size, changed, cursor, limits)
             if item is None:
