@@ -148,6 +148,10 @@ def connector_tasks(
     }
     gate = ConnectorGateOperator(
         task_id="gate",
+        # A run that starts while the API server is still starting (a cron tick during
+        # the quickstart's restart) cannot reach the execution API at first: retried.
+        retries=max(retries, 2),
+        retry_delay=dt.timedelta(seconds=10),
         pipeline=p,
         endpoint=endpoint,
         start_after=connector.start_after or (),
