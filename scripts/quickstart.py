@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import os
 import shutil
 import signal
@@ -60,6 +61,10 @@ def _stop_on_signal(signum: int, frame: Any) -> None:
 
 
 def main() -> int:
+    # The results, not the HTTP client's request lines (INFO once Airflow is imported),
+    # in the order they happen.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -77,7 +82,32 @@ def main() -> int:
         action="store_true",
         help="delete the home of an earlier run (tables, connector state, Airflow runs) first",
     )
+    parser.add_argument(
+        "--no-demo",
+        action="store_true",
+        help="start Airflow on dags/ (your own pipelines beside the demo's) and keep it up "
+        "without triggering the demo's runs; implies --keep-running",
+    )
+    parser.add_argument(
+        "--user",
+        action="append",
+        default=[],
+        metavar="NAME:ROLE:PASSWORD",
+        help="another Airflow user besides admin (roles: viewer, user, op, admin); repeatable",
+    )
     args = parser.parse_args()
+    if args.no_demo:
+        args.keep_running = True
+    users: dict[str, tuple[str, str]] = {}
+    for given in args.user:
+        name, _, rest = given.partition(":")
+        role, _, password = rest.partition(":")
+        if not (name and role.lower() in ("viewer", "user", "op", "admin") and password):
+            parser.error(
+                f"--user {given!r}: expected NAME:ROLE:PASSWORD, ROLE one of viewer, "
+                "user, op, admin"
+            )
+        users[name] = (role.lower(), password)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop_on_signal)
 
@@ -103,7 +133,7 @@ def main() -> int:
         if not port_free(port):
             port = free_port()
             print(f"quickstart: port {args.port} is in use; the UI will be on port {port}")
-    airflow = StandaloneAirflow(home, ROOT / "dags", port=port, env=env)
+    airflow = StandaloneAirflow(home, ROOT / "dags", port=port, env=env, users=users)
     server = None
     t0 = time.monotonic()
     try:
@@ -118,6 +148,15 @@ def main() -> int:
         print(
             f"quickstart: Airflow up, {len(dags)} connector DAGs parsed ({time.monotonic() - t0:.0f} s)"
         )
+        if args.no_demo:
+            print(
+                f"\nAirflow UI: http://127.0.0.1:{port} (user admin, password admin). "
+                f"--no-demo: no demo run was triggered; DAG files in {ROOT / 'dags'} are "
+                f"picked up within seconds. For the CLI and `airflow connections add` in "
+                f"another shell: export AIRFLOW_HOME={home}. Ctrl-C stops."
+            )
+            while True:
+                time.sleep(3600)
         runs = {
             dag: airflow.trigger(dag)
             for dag in (f"{PIPELINE}.numbers.backfill", f"{PIPELINE}.price.backfill")
@@ -139,7 +178,7 @@ def main() -> int:
             paused = airflow.client.get(f"/api/v2/dags/{dag}").json()["is_paused"]
             print(f"connector DAG {dag}: {'paused' if paused else 'active'}")
         print()
-        report(airflow.env)
+        report(airflow.env, airflow.url)
         if args.keep_running:
             print(
                 f"\nAirflow UI: http://127.0.0.1:{port} (user admin, password admin). "
@@ -169,14 +208,20 @@ def fail(airflow: Any, dag: str, run_id: str) -> int:
     return 1
 
 
-def report(env: dict[str, str]) -> None:
+def report(env: dict[str, str], url: str) -> None:
     import pyarrow.dataset as ds
 
     cli = [sys.executable, "-m", "airflow_connectors.cli"]
-    subprocess.run([*cli, "pipeline", PIPELINE, "status"], env=env, check=True)
+    # Through the REST API: every connector, the paused one that never ran included.
+    # Airflow's INFO lines (read config, time zone) would come between the results.
+    api = {**env, "AIRFLOW_CONNECTORS_API_URL": url, "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING"}
+    api.setdefault("AIRFLOW_CONNECTORS_API_USER", "admin")
+    api.setdefault("AIRFLOW_CONNECTORS_API_PASSWORD", "admin")
+    sys.stdout.flush()
+    subprocess.run([*cli, "pipeline", PIPELINE, "status"], env=api, check=True)
     for endpoint in ("numbers.backfill", "price.backfill", "price.live"):
-        print()
-        subprocess.run([*cli, "stats", PIPELINE, *endpoint.split(".")], env=env, check=True)
+        print(flush=True)
+        subprocess.run([*cli, "stats", PIPELINE, *endpoint.split(".")], env=api, check=True)
     warehouse = Path(env["AIRFLOW__CONNECTORS__WAREHOUSE"]) / PIPELINE
     print()
     for table in ("numbers", "price"):

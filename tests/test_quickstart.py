@@ -26,6 +26,7 @@ EXPECTED = (
     "demo.price.live: asset-triggered run success",
     "connector DAG demo.numbers.live: paused",
     "numbers.backfill: RUNNING, 100000 records, end_of_input=True",
+    "numbers.live: PAUSED, 0 records",  # the paused connector that never ran is listed
     "table numbers: 100000 rows",
     "table price: 1010 rows",
 )
@@ -71,6 +72,8 @@ def test_main_command_passes_three_times_in_a_row(clone: Path) -> None:
         assert proc.returncode == 0, f"run {attempt}: " + (out + proc.stderr)[-4000:]
         for line in EXPECTED:  # the same counts every time: nothing lands twice
             assert line in out, f"run {attempt}: {line!r} missing from:\n{out[-4000:]}"
+        # Results only: no HTTP client or Airflow INFO lines among them.
+        assert "HTTP Request:" not in out and " INFO " not in out, out[-4000:]
         if attempt > 1:
             assert "reusing" in out and "--fresh starts over" in out
         assert not processes_of(home.resolve()), f"run {attempt} left Airflow processes"
@@ -85,7 +88,16 @@ def test_keep_running_moves_off_a_busy_port_and_stops_on_sigterm(clone: Path) ->
         busy.listen()
         taken = busy.getsockname()[1]
         proc = subprocess.Popen(
-            ["bash", "scripts/quickstart.sh", "--keep-running", "--fresh", "--port", str(taken)],
+            [
+                "bash",
+                "scripts/quickstart.sh",
+                "--keep-running",
+                "--fresh",
+                "--port",
+                str(taken),
+                "--user",
+                "alice:viewer:alice-pw",
+            ],
             cwd=clone,
             env=quickstart_env(),
             stdout=subprocess.PIPE,
@@ -113,6 +125,17 @@ def test_keep_running_moves_off_a_busy_port_and_stops_on_sigterm(clone: Path) ->
             port = int(url.rsplit(":", 1)[1])
             assert port != taken and not port_free(port)
             assert processes_of(home.resolve())  # Airflow is up
+            # --user added a viewer: she logs in, reads, and may not pause a connector.
+            import httpx
+
+            token = httpx.post(
+                f"{url}/auth/token", json={"username": "alice", "password": "alice-pw"}
+            )
+            assert token.status_code in (200, 201), token.text
+            headers = {"Authorization": f"Bearer {token.json()['access_token']}"}
+            assert httpx.get(f"{url}/connect/connectors", headers=headers).status_code == 200
+            refused = httpx.put(f"{url}/connect/connectors/demo.price.live/pause", headers=headers)
+            assert refused.status_code == 403, refused.text
             proc.send_signal(signal.SIGTERM)  # to bash, which exec'd the quickstart
             rest, _ = proc.communicate(timeout=120)
         finally:
