@@ -43,7 +43,9 @@ class ParquetFormat(Format):
 
         schema = self.table.arrow_schema()
         data = b"".join(chunks)
-        pf = pq.ParquetFile(pa.BufferReader(data))
+        # Pages written with a CRC are checked: a flipped byte is an unreadable object
+        # (skipped and counted under errors.tolerance: all), never a wrong value.
+        pf = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
         # Under schema_evolution other than none, the file's other columns are read too
         # (to fail on them, rescue them or add them to the table).
         columns = (
@@ -59,7 +61,15 @@ class ParquetFormat(Format):
                 raise NewFields(new)
         record = first_record
         for group in range(pf.num_row_groups):
-            raw = pf.read_row_group(group, columns=columns)
+            try:
+                raw = pf.read_row_group(group, columns=columns)
+            except OSError as e:
+                if "checksum" not in str(e).lower():
+                    raise
+                raise OSError(
+                    f"row group {group}: a page does not match its CRC checksum ({e}): the "
+                    "file is damaged; write it again"
+                ) from None
             try:
                 table = conform_evolving(raw, self.table, schema, evolution)
                 out = Decoded(table, [], raw.num_rows, 0)
