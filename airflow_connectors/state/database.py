@@ -3,7 +3,9 @@ can act on) and the base every part of the store builds on."""
 
 from __future__ import annotations
 
+import functools
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -25,6 +27,10 @@ _URL_REMEDY = (
     "(AIRFLOW__CONNECTORS__STATE_STORE_URL)"
 )
 _URL_EXAMPLES = "postgresql+psycopg://USER:PASSWORD@HOST:5432/DATABASE or sqlite:////PATH/state.db"
+
+
+#: Seconds a SQLite state store waits for another process's lock by default.
+SQLITE_TIMEOUT = 60.0
 
 
 def create_engine(url: str) -> sa.Engine:
@@ -51,7 +57,11 @@ def create_engine(url: str) -> sa.Engine:
     sqlite = parsed.get_backend_name() == "sqlite"
     kwargs: dict[str, Any] = {"future": True}
     if sqlite:
-        kwargs["connect_args"] = {"timeout": 60}
+        # How long to wait for another process's lock (seconds; ``?timeout=`` in the URL
+        # sets it): parallel tasks open and commit to one SQLite file.
+        timeout = float(parsed.query.get("timeout", SQLITE_TIMEOUT))  # type: ignore[arg-type]
+        parsed = parsed.difference_update_query(["timeout"])
+        kwargs["connect_args"] = {"timeout": timeout}
     else:
         kwargs["pool_pre_ping"] = True
     try:
@@ -74,7 +84,7 @@ def create_engine(url: str) -> sa.Engine:
             f"state store URL {shown!r} cannot be used ({reason}); {_URL_REMEDY}"
         ) from None
     if sqlite:
-        sa.event.listen(engine, "connect", _sqlite_pragmas)
+        sa.event.listen(engine, "connect", functools.partial(_sqlite_pragmas, timeout=timeout))
         sa.event.listen(engine, "begin", _sqlite_begin)
     return engine
 
@@ -97,6 +107,13 @@ def _reported_as_unavailable(engine: sa.Engine, url: str) -> Iterator[None]:
         # As redact.secret_values: shorter "secrets" would mask ordinary words.
         password = str(engine.url.password or "")
         said = mask_text(said or type(e).__name__, [password] if len(password) >= 3 else [])
+        if engine.url.get_backend_name() == "sqlite" and "locked" in said:
+            raise StateStoreUnavailable(
+                f"the state store {mask_url(url)!r} is locked: another process held it "
+                f"longer than this one waits ({said}); retry once that process is done, "
+                "or use PostgreSQL for many parallel tasks; or "
+                f"{_URL_REMEDY}"
+            ) from e
         if engine.url.get_backend_name() == "sqlite":
             folder = os.path.dirname(os.path.abspath(engine.url.database or "")) or "."
             raise StateStoreUnavailable(
@@ -144,13 +161,25 @@ class Database:
         return self.engine.url.render_as_string(hide_password=True)
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any, *, timeout: float) -> None:
     # pysqlite's own transaction handling lets DDL autocommit and begins lazily; take it
     # over so every transaction (migrations included) is one atomic unit.
+    import sqlite3
+
     dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA busy_timeout=60000")
+    cur.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+    # WAL is set once, by the first opener of a fresh file; switching needs the file
+    # to itself, which SQLite refuses at once (no busy wait) while another process
+    # opens it too: wait for that here, as for any lock.
+    deadline = time.monotonic() + timeout
+    while str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
     cur.close()
 
 
