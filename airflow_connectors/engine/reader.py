@@ -31,17 +31,18 @@ thousands of lines. Stages:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
 import socket
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_connectors.engine.context import BatchContext
-from airflow_connectors.formats.base import NewFields, RecordError, conform
+from airflow_connectors.formats.base import Decoded, NewFields, RecordError, conform
 from airflow_connectors.sinks.base import Kind, PartWriter, SinkConfig, SinkUnwritable
 from airflow_connectors.state.store import BatchPlan, ErrorRecord, ItemReceipt
 from airflow_connectors.transports import WorkItem
@@ -442,7 +443,8 @@ def _ingest_item(task: _Task, item: WorkItem, out: _ItemParts) -> ItemOutcome:
     rows = ingest.writer("rows")
     if fmt is None:  # integrated transport: record batches in the table schema
         nbytes = ingest.convert(rows, task.schema)
-        offset = item.end if item.end is not None else item.start + ingest.good
+        # Records that became dead letters were read too: a resumed item starts after them.
+        offset = item.end if item.end is not None else item.start + ingest.good + ingest.bad
     else:
         nbytes = ingest.decode(rows, fmt)
         # A transport whose offsets count records (message sequences) commits the range.
@@ -481,6 +483,7 @@ class _ItemIngest:
         self.item = item
         self.out = out
         self.counted = _Counter(lambda: transport.read(item))
+        self.sink = out.task.sink
         self.dead: _ItemWriter | None = None
         self.good = 0
         self.bad = 0
@@ -491,16 +494,25 @@ class _ItemIngest:
         return _ItemWriter(self.out, kind, self.sink_failed)
 
     def convert(self, rows: _ItemWriter, schema: pa.Schema) -> int:
-        """Writes the integrated transport's record batches; returns their size in bytes."""
+        """Writes the integrated transport's record batches (or :class:`Decoded` blocks:
+        rows and the records the transport could not read, numbered ``start + 1``...);
+        returns their size in bytes."""
         import pyarrow as pa
 
         nbytes = 0
+        first = self.item.start + 1
         try:
-            for rb in self.counted:
-                assert isinstance(rb, pa.RecordBatch)
-                table = conform(pa.Table.from_batches([rb]), self.ctx.table, schema)
-                rows.write(table)
-                self.good += table.num_rows
+            for chunk in self.counted:
+                if isinstance(chunk, Decoded):
+                    data, errors, count = chunk.table, chunk.errors, chunk.records
+                else:
+                    assert isinstance(chunk, pa.RecordBatch)
+                    data, errors, count = pa.Table.from_batches([chunk]), [], chunk.num_rows
+                table, misfits = self._conformed(data, schema, first, count, errors)
+                errors = [*errors, *misfits]
+                self.reject(errors)
+                self.write_rows(rows, table, first, count, errors)
+                first += count
                 nbytes += table.nbytes
         except Exception as e:
             raise self.read_failed(e, f"cannot convert the records of {self.item.key}") from e
@@ -511,16 +523,17 @@ class _ItemIngest:
         bad ones; returns how many bytes were consumed."""
         item = self.item
         consumed = 0
+        first = item.records_done + 1
         try:
             for decoded in fmt.decode(
                 iter(_bytes_only(self.counted)),
                 final=item.final,
-                first_record=item.records_done + 1,
+                first_record=first,
                 at_start=item.start == 0,
             ):
-                rows.write(decoded.table)
-                self.good += decoded.table.num_rows
                 self.reject(decoded.errors)
+                self.write_rows(rows, decoded.table, first, decoded.records, decoded.errors)
+                first += decoded.records
                 consumed = max(consumed, decoded.consumed)
         except NewFields as e:
             raise self._new_fields(e) from e
@@ -540,6 +553,84 @@ class _ItemIngest:
             "schema_evolution: add_new_columns (or rescue, or none to ignore them)"
         )
         return ItemFailed(ItemFailure("parse", item.key, message))
+
+    def _conformed(
+        self,
+        data: pa.Table,
+        schema: pa.Schema,
+        first: int,
+        count: int,
+        errors: list[RecordError],
+    ) -> tuple[pa.Table, list[RecordError]]:
+        """``data`` in the table's columns, at Arrow speed, whole columns at a time. When
+        a value does not fit its column (NaN into DECIMAL, 3,000,000,000 into INT, a
+        missing NOT NULL value), only the rows that fail are bad records, found by
+        bisection (each its dead letter under ``errors.tolerance: all``, numbered as the
+        transport counts them: ``first`` ... of this block); the others land. A whole
+        object used to be skipped for one such value. Under ``errors.tolerance: none``
+        the item fails with the value and its row."""
+        import json
+
+        import pyarrow as pa
+
+        from airflow_connectors.formats.base import clip, isolate
+
+        try:
+            return conform(data, self.ctx.table, schema), []
+        except NewFields:
+            raise
+        except Exception:
+            if self.ctx.connector.errors.tolerance != "all":
+                raise  # the item fails with the value and its row (formats/_conform.py)
+
+            def convert(rs: Sequence[int]) -> pa.Table:
+                return conform(data.slice(rs[0], len(rs)), self.ctx.table, schema)
+
+            def text(i: int) -> str:
+                return clip(json.dumps(data.slice(i, 1).to_pylist()[0], default=str))
+
+            numbers = _row_numbers(first, count, errors, data.num_rows)
+            tables, bad = isolate(range(data.num_rows), convert, 0, text)
+            misfits = [dataclasses.replace(e, record=numbers[e.record]) for e in bad]
+            table = pa.concat_tables(tables) if tables else schema.empty_table()
+            return table, misfits
+
+    def write_rows(
+        self,
+        rows: _ItemWriter,
+        table: pa.Table,
+        first: int,
+        count: int,
+        errors: list[RecordError],
+    ) -> None:
+        """Writes ``table``, the good rows of records ``first`` .. ``first + count - 1``
+        (``errors`` are the others), but for the rows the sink cannot store
+        (:meth:`~airflow_connectors.sinks.base.Sink.unstorable`): each is a bad record,
+        found before anything is written (a dead letter, or the item fails naming it)."""
+        import json
+
+        import pyarrow as pa
+
+        unstorable = self.sink.unstorable(table) if table.num_rows else []
+        if unstorable:
+            numbers = _row_numbers(first, count, errors, table.num_rows)
+            refused = [
+                RecordError(
+                    numbers[i],
+                    why,
+                    json.dumps(table.slice(i, 1).to_pylist()[0], default=str),
+                )
+                for i, why in unstorable
+            ]
+            self.reject(refused)  # errors.tolerance: none raises here
+            parts, start = [], 0
+            for i, _ in unstorable:  # zero-copy slices between the refused rows
+                parts.append(table.slice(start, i - start))
+                start = i + 1
+            parts.append(table.slice(start))
+            table = pa.concat_tables(parts)
+        rows.write(table)
+        self.good += table.num_rows
 
     def reject(self, errors: list[RecordError]) -> None:
         """Bad records: the item fails under ``errors.tolerance: none``; under ``all``
@@ -656,6 +747,15 @@ def _receipt(
         or None,
         executor=executor_identity(),
     )
+
+
+def _row_numbers(first: int, count: int, errors: list[RecordError], rows: int) -> list[int]:
+    """The record numbers of a block's ``rows`` good rows: ``first`` .. ``first + count
+    - 1`` but the bad ones, when the block says so consistently; else counted from
+    ``first`` (a format that drops records that are no rows, such as deletes)."""
+    bad = {e.record for e in errors}
+    numbers = [n for n in range(first, first + count) if n not in bad]
+    return numbers if len(numbers) == rows else list(range(first, first + rows))
 
 
 def _at_line(e: RecordError) -> str:

@@ -103,9 +103,10 @@ class Sink(ABC):
     def unstorable(self, table: pa.Table) -> list[tuple[int, str]]:
         """The rows of ``table`` (in the table's Arrow schema) that this sink cannot
         store although the table's columns hold them, found before anything is written:
-        ``(row index, why)`` per such row, ``why`` naming the column and the value. A
-        sink whose part writers refuse such rows declares them here, so they can be
-        told apart from a sink that cannot be written at all. Default: none."""
+        ``(row index, why)`` per such row, ``why`` naming the column and the value. The
+        engine asks before writing each block: each such row is that record's dead
+        letter (``errors.tolerance: all``) or the batch's failure naming it. Default:
+        none."""
         return []
 
     def read(self, kind: Kind = "rows") -> pa.Table | None:

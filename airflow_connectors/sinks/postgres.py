@@ -26,9 +26,10 @@ as it is.
 
 Values PostgreSQL cannot store although the table's columns hold them: a NUL character
 (``\\u0000``, valid in JSON and Arrow strings) in text. :meth:`PostgresSink.unstorable`
-finds them (whole-column pyarrow compute) and a part writer refuses a write holding them
-before its ``COPY``, naming the column and the row, instead of PostgreSQL's "invalid
-byte sequence" for the whole part. In a dead letter's text (``raw_text``, ``error``) a
+finds them (whole-column pyarrow compute) before the engine writes a block: each such
+record is a bad record (a dead letter, or the batch fails naming it). A part writer given
+one anyway refuses the write before its ``COPY``, naming the column and the row, instead
+of PostgreSQL's "invalid byte sequence" for the whole part. In a dead letter's text (``raw_text``, ``error``) a
 NUL is stored as the six characters ``\\u0000``.
 
 Fail point ``postgres_committed``: after the PostgreSQL commit, before the state store

@@ -195,7 +195,10 @@ class Transport(ABC):
 
     @abstractmethod
     def read(self, item: WorkItem) -> Iterator[bytes | pa.RecordBatch]:
-        """Yield the bytes of ``item`` (or record batches for integrated transports)."""
+        """Yield the bytes of ``item`` (or record batches for integrated transports; a
+        :class:`~airflow_connectors.formats.base.Decoded` block of rows and the records
+        it could not read, numbered ``item.start + 1``... in the item, which the engine
+        makes dead letters or the batch's failure by ``errors.tolerance``)."""
 
     def exhausted(self, cursor: Cursor) -> bool | None:
         """Whether all input is committed; ``None`` lets the framework decide

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from airflow_connectors.formats.base import Decoded, RecordError
 from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.redact import mask_text
 from airflow_connectors.transports import _postgres as _pg
@@ -464,9 +465,10 @@ class PostgresInputTransport(Transport):
 
     # --- reading ---------------------------------------------------------------------
 
-    def read(self, item: WorkItem) -> Iterator[pa.RecordBatch]:
+    def read(self, item: WorkItem) -> Iterator[pa.RecordBatch | Decoded]:
         """The rows of ``item``'s range (its planned bounds, from ``start`` on), as record
-        batches in the table's schema."""
+        batches in the table's schema (a :class:`Decoded` block where some rows are bad
+        records)."""
         sql, params = self.range_sql(item)
         conn = self._connect()
         try:
@@ -525,31 +527,40 @@ class PostgresInputTransport(Transport):
             sql += f" OFFSET {int(item.start)}"
         return sql, params
 
-    def _conformed(self, rb: pa.RecordBatch, item: WorkItem, done: int) -> list[pa.RecordBatch]:
+    def _conformed(
+        self, rb: pa.RecordBatch, item: WorkItem, done: int
+    ) -> list[pa.RecordBatch | Decoded]:
         """``rb`` (rows ``done`` + 1... of ``item``) with extension columns (numeric, json)
         as their storage and infinities as ``infinity`` says, cast to the table's schema;
         left as read when a value does not fit, so that the engine's conversion reports
-        it as a bad record of this item."""
+        it as a bad record of this item. Rows with an infinity under ``infinity: error``
+        are bad records: one :class:`Decoded` block of ``rb``'s other rows and them."""
         import pyarrow as pa
 
         from airflow_connectors.formats._conform import RowError, conform
 
         arrays = [a.storage if isinstance(a, pa.ExtensionArray) else a for a in rb.columns]
         table = pa.Table.from_arrays(arrays, names=self.table.column_names)
-        table = self._infinities(table, item, done)
+        table, errors = self._infinities(table, item, done)
         with contextlib.suppress(RowError):
             table = conform(table, self.table, self.table.arrow_schema())
-        batches: list[pa.RecordBatch] = table.to_batches()
+        if errors:
+            return [Decoded(table, errors, rb.num_rows)]
+        batches: list[pa.RecordBatch | Decoded] = list(table.to_batches())
         return batches
 
-    def _infinities(self, table: pa.Table, item: WorkItem, done: int) -> pa.Table:
+    def _infinities(
+        self, table: pa.Table, item: WorkItem, done: int
+    ) -> tuple[pa.Table, list[RecordError]]:
         """``table`` with the infinities of its DATE and TIMESTAMP columns as
-        ``infinity`` says; raises :class:`PostgresInputError` for them under ``error``.
-        Whole-column compute: a column without infinities costs one ``is_in``."""
+        ``infinity`` says; under ``error`` without their rows, which are returned as bad
+        records (numbered in the item's range). Whole-column compute: a column without
+        infinities costs one ``is_in``; Python runs per bad row only."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         columns = list(table.columns)
+        found: dict[str, tuple[Any, Any]] = {}  # column -> (infinity, -infinity) masks
         for i, col in enumerate(self.table.columns):
             arr = columns[i]
             sentinels = _sentinels(arr.type)
@@ -562,44 +573,72 @@ class PostgresInputTransport(Transport):
             if not pc.any(either).as_py():
                 continue
             if self.config.infinity == "error":
-                raise self._infinite(table, col.name, pos, either, item, done)
-            if self.config.infinity == "null" or col.type.kind not in ("DATE", "TIMESTAMP"):
+                found[col.name] = (pos, neg)
+            elif self.config.infinity == "null" or col.type.kind not in ("DATE", "TIMESTAMP"):
                 columns[i] = pc.if_else(either, pa.scalar(None, arr.type), arr)
             else:
                 columns[i] = _clamped(arr, pos, neg, col.type.kind)
-        return pa.Table.from_arrays(columns, names=table.column_names)
+        table = pa.Table.from_arrays(columns, names=table.column_names)
+        if not found:
+            return table, []
+        return self._without_infinities(table, found, item, done)
 
-    def _infinite(
+    def _without_infinities(
         self,
         table: pa.Table,
-        name: str,
-        pos: pa.ChunkedArray,
-        either: pa.ChunkedArray,
+        found: Mapping[str, tuple[Any, Any]],
         item: WorkItem,
         done: int,
-    ) -> PostgresInputError:
-        """The error for the first infinity of column ``name``: its value, the row's
-        position in the item's range (and its range column's value) and what to do."""
+    ) -> tuple[pa.Table, list[RecordError]]:
+        """``table`` without the rows holding an infinity, and those rows as bad records
+        naming the column and the value (and what to do)."""
+        import json
+
+        import pyarrow as pa
         import pyarrow.compute as pc
 
-        rows = pc.indices_nonzero(either)
-        row = rows[0].as_py()
-        value = "infinity" if pos[row].as_py() else "-infinity"
-        where = f"record {item.start + done + row + 1} of {item.key}"
-        for key in (self.config.partition_column, self.config.cursor_column):
-            found = self._match(dict.fromkeys(table.column_names, ""), key) if key else None
-            if found is not None and found != name:
-                where += f" ({found} = {table.column(found)[row].as_py()})"
-                break
-        more = f"; {len(rows) - 1} more in this read" if len(rows) > 1 else ""
+        masks = [pc.or_(pos, neg) for pos, neg in found.values()]
+        bad = masks[0]
+        for m in masks[1:]:
+            bad = pc.or_(bad, m)
+        errors: list[RecordError] = []
+        parts, start = [], 0
+        for row in pc.indices_nonzero(bad).to_pylist():
+            shown: dict[str, Any] = {}
+            first: tuple[str, str] | None = None
+            for name in table.column_names:
+                value: Any
+                if name in found and found[name][0][row].as_py():
+                    value = "infinity"
+                elif name in found and found[name][1][row].as_py():
+                    value = "-infinity"
+                else:
+                    shown[name] = table.column(name)[row].as_py()
+                    continue
+                shown[name] = value
+                first = first or (name, value)
+            assert first is not None
+            errors.append(
+                RecordError(
+                    item.start + done + row + 1,
+                    self._infinite(first[0], first[1]),
+                    json.dumps(shown, default=str),
+                )
+            )
+            parts.append(table.slice(start, row - start))
+            start = row + 1
+        parts.append(table.slice(start))
+        return pa.concat_tables(parts), errors
+
+    def _infinite(self, name: str, value: str) -> str:
+        """Why a row holding ``value`` (infinity or -infinity) in column ``name`` is a bad
+        record, and what to do."""
         col = next(c for c in self.table.columns if c.name == name)
         sql_name = name if name.isidentifier() and name.islower() else _ident(name)
-        return PostgresInputError(
-            f"postgres_input: {where}: column {name!r} holds {value}, which {col.type} "
-            f"cannot hold{more}. Set the transport's infinity: null (store NULL) or clamp "
-            "(store the type's greatest or least value) and stop and resume the connector "
-            f"so the batch is planned again, or map it in the query (NULLIF({sql_name}, "
-            f"'{value}'))"
+        return (
+            f"column {name!r} holds {value}, which {col.type} cannot hold; set the "
+            "transport's infinity: null (store NULL) or clamp (store the type's greatest "
+            f"or least value), or map it in the query (NULLIF({sql_name}, '{value}'))"
         )
 
     def describe(self) -> str:

@@ -12,6 +12,7 @@ letter's NUL is stored as the text ``\\u0000``. Each test works in a schema of i
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,7 +107,7 @@ LINES = (
 )
 
 
-def test_a_nul_in_text_fails_the_batch_naming_the_column_and_the_row(
+def test_a_nul_in_text_fails_the_batch_naming_the_column_and_the_record(
     tmp_path: Path, schema: str
 ) -> None:
     run = Run(tmp_path, schema, LINES, "none")
@@ -114,13 +115,30 @@ def test_a_nul_in_text_fails_the_batch_naming_the_column_and_the_row(
         run.drain()
     message = str(failed.value)
     assert "\n" not in message
+    key = str(tmp_path / "src" / "part-0.json")
     assert message.startswith(
-        "connector p.t.files: table t: row 2 of 3 handed to part 0: column 'name' holds a "
-        "NUL character (\\u0000), which PostgreSQL text cannot store; remove the NUL "
-        "characters from the source"
+        f"connector p.t.files: record 2 of {key}: column 'name' holds a NUL character "
+        "(\\u0000), which PostgreSQL text cannot store; raw text: "
     ), message
+    assert "set errors.tolerance: all to send bad records to t__errors" in message
     assert "invalid byte sequence" not in message
     assert run.rows() == []
+
+
+def test_a_nul_in_text_is_that_records_dead_letter_under_tolerance_all(
+    tmp_path: Path, schema: str
+) -> None:
+    run = Run(tmp_path, schema, LINES, "all")
+    run.drain()
+    assert run.rows() == [(1, "ok", None), (3, "fine", "y")]
+    [dead] = run.rows("t__errors")
+    connector, key, record, line, raw, error, batch = dead
+    assert (connector, record, line, batch) == ("files", 2, None, 1)
+    assert key.endswith("part-0.json")
+    assert error == (
+        "column 'name' holds a NUL character (\\u0000), which PostgreSQL text cannot store"
+    )
+    assert json.loads(raw) == {"id": 2, "name": "a\x00b", "note": "x"}
 
 
 def test_a_dead_letter_holding_a_nul_is_stored_with_it_escaped(tmp_path: Path, schema: str) -> None:
