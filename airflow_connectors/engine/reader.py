@@ -358,6 +358,10 @@ class _Task:
                 bytes=0,
                 completed=True,
                 records_done=item.records_done,
+                # What the item was planned with stays with its offset, as for a read
+                # item: a transport that tells its keys' rounds apart by it (postgres_input's
+                # window) must see the skipped item as done, not plan it again forever.
+                meta={**item.meta, "skipped": True},
                 executor=executor_identity(),
             ),
             [ErrorRecord("transport", f.message, item.key)],

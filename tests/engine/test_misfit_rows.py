@@ -98,3 +98,50 @@ def test_delta_rows_that_do_not_fit_are_their_own_dead_letters(tmp_path: Path) -
         assert "3000000000" in str(letter)
     finally:
         c.close()
+
+
+@pytest.mark.postgres
+def test_a_skipped_item_is_done_not_planned_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22: a postgres_input snapshot skipped as unreadable (errors.tolerance: all)
+    was planned again at every discovery (2,238 empty batches in 7 minutes, an embedded
+    run that never ended). Skipped is done: counted, visible, not read again. The
+    unreadable read is injected (a real server does not fail this way on demand)."""
+    import psycopg
+
+    from airflow_connectors.transports.postgres_input import PostgresInputTransport
+
+    schema = f"ac_skip_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(BASE, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"CREATE TABLE {schema}.t AS SELECT g AS k FROM generate_series(1, 5) g")
+
+    def unreadable(self: object, item: object) -> object:
+        raise FileNotFoundError("postgres_input: the snapshot is gone (injected)")
+
+    monkeypatch.setattr(PostgresInputTransport, "read", unreadable)
+    try:
+        source = Source(
+            transport="postgres_input",
+            config={"uri": BASE, "query": f"TABLE {schema}.t"},
+            columns={"k": "INT NOT NULL"},
+            records=[],
+            key_column="k",
+            connector={"tasks_max": 1, "errors": {"tolerance": "all"}},
+        )
+        c = Connector(source, tmp_path)
+        try:
+            first = c.discover()
+            assert len(first.batch_ids) == 1
+            c.run(first.batch_ids)
+            status = c.store.status(c.ref)
+            assert status is not None and status.num_transport_errors == 1
+            for _ in range(3):  # nothing more to plan: the skipped snapshot is done
+                assert c.discover().batch_ids == []
+            assert c.finalize()
+        finally:
+            c.close()
+    finally:
+        with psycopg.connect(BASE, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
