@@ -8,6 +8,13 @@
 5. The committed attempt is published into the table.
 A crash anywhere before 4 leaves the batch planned and the next run re-executes it.
 
+A stop (``engine/control.py``) marks the connector stopped, then drops the staged output
+of its planned batches and releases them. The state store decides between it and step
+4: a commit is refused once the connector is stopped or the batch released (or its id
+reused by a batch planned since), and the refused attempt drops its own staged output;
+a batch that committed is no longer planned, so the stop neither drops nor releases it,
+and step 5 publishes it.
+
 Under ``schema_evolution: add_new_columns`` a batch whose tasks met fields the table
 lacks is staged again with the widened table (:mod:`.evolution`), and step 4 stores the
 widened columns as the table's next schema version in the same transaction; publish
@@ -125,7 +132,7 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
             failpoints.reach("after_widened_write")
             written = widened
         try:
-            return _commit(store, ctx, base, written, t0)
+            return _commit(store, ctx, base, written, t0, batch.created_at)
         except SchemaConflict:
             # A concurrent batch stored a schema version since this one read the latest:
             # read it again (its columns too) and redo the batch.
@@ -165,7 +172,11 @@ def _write(
 ) -> _Written | _Wider | BatchResult:
     """Stages the batch's parts in a new attempt (steps 3 of the protocol)."""
     batch_id = ctx.batch_id
-    ctx.attempt = f"{store.start_attempt(batch_id)}-{uuid.uuid4().hex[:8]}"
+    try:
+        ctx.attempt = f"{store.start_attempt(batch_id)}-{uuid.uuid4().hex[:8]}"
+    except KeyError:
+        log.warning("%s batch %d was released by a stop; nothing to do", ctx.ref, batch_id)
+        return BatchResult(batch_id, ctx.ref.endpoint_name, committed=False)
     sink = ctx.sink()
     sink.state_store_url = store.url
     try:
@@ -233,10 +244,19 @@ def _write(
 
 
 def _commit(
-    store: StateStore, ctx: BatchContext, base: BatchSchema, written: _Written, t0: float
+    store: StateStore,
+    ctx: BatchContext,
+    base: BatchSchema,
+    written: _Written,
+    t0: float,
+    planned_at: float,
 ) -> BatchResult:
     """Steps 4 and 5: the state-store commit (with the batch's new schema version, if
-    it widened the table), then publish."""
+    it widened the table), then publish. A refused commit (another attempt committed
+    the batch, or a stop released it: ``planned_at`` tells the batch from one planned
+    later under the same id) drops this attempt's staged output and publishes nothing;
+    a committed one is published, whatever a stop does meanwhile (a stop releases and
+    discards only batches still planned)."""
     batch_id, sink = ctx.batch_id, written.sink
     receipts: list[ItemReceipt] = []
     errors: list[ErrorRecord] = []
@@ -254,8 +274,19 @@ def _commit(
         def on_commit(conn: Any) -> None:
             store_version(store, conn, ctx.pipeline, ctx.table, base, batch_id)
 
-    if not store.commit_batch(batch_id, ctx.attempt, receipts, errors, on_commit=on_commit):
-        sink.discard(batch_id, ctx.attempt)  # another attempt won the commit
+    if not store.commit_batch(
+        batch_id, ctx.attempt, receipts, errors, on_commit=on_commit, planned_at=planned_at
+    ):
+        # Another attempt won the commit, or a stop released the batch (or is releasing
+        # it): this attempt's staged output is never published.
+        sink.discard(batch_id, ctx.attempt)
+        log.warning(
+            "%s batch %d: not committed by this attempt: another run committed it, or the "
+            "connector was stopped and the batch released (it is planned again after "
+            "resume); its staged output was removed",
+            ctx.ref,
+            batch_id,
+        )
         return BatchResult(batch_id, ctx.ref.endpoint_name, committed=False)
     failpoints.reach("after_commit")
     publish_committed(store, ctx, batch_id, ctx.attempt)

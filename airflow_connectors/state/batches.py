@@ -11,8 +11,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from airflow_connectors import failpoints
+from airflow_connectors.state import ranges, watermark
 from airflow_connectors.state import schema as s
-from airflow_connectors.state import watermark
 from airflow_connectors.state.connectors import Connectors
 from airflow_connectors.state.plan import BatchPlan
 from airflow_connectors.state.records import (
@@ -126,6 +127,10 @@ class Batches(Connectors):
             stopped = conn.execute(
                 sa.select(s.connectors.c.stopped).where(ref.where(s.connectors))
             ).scalar()
+            # Ranges of a key committed ahead of a range a stop released are not read
+            # again: the transport resumes from the key's prefix, and only the gap is
+            # planned (state/ranges.py).
+            plans = ranges.clip(conn, ref, plans)
             if not plans:
                 if listed and not stopped:
                     watermark.record_listing(conn, ref, relisted_at)
@@ -182,18 +187,20 @@ class Batches(Connectors):
         return _batch(row)
 
     def start_attempt(self, batch_id: int) -> int:
-        """Count one more attempt at the batch; returns the attempt number (1 for the first)."""
+        """Count one more attempt at the batch; returns the attempt number (1 for the
+        first). Raises ``KeyError`` when the batch is gone (a stop released it)."""
         with self.tx() as conn:
             conn.execute(
                 sa.update(s.batches)
                 .where(s.batches.c.batch_id == batch_id)
                 .values(attempts=s.batches.c.attempts + 1)
             )
-            return int(
-                conn.execute(
-                    sa.select(s.batches.c.attempts).where(s.batches.c.batch_id == batch_id)
-                ).scalar_one()
-            )
+            attempts = conn.execute(
+                sa.select(s.batches.c.attempts).where(s.batches.c.batch_id == batch_id)
+            ).scalar()
+        if attempts is None:
+            raise KeyError(f"batch {batch_id} does not exist (a stop released it)")
+        return int(attempts)
 
     def commit_batch(
         self,
@@ -202,11 +209,25 @@ class Batches(Connectors):
         receipts: Sequence[ItemReceipt],
         errors: Sequence[ErrorRecord],
         on_commit: Callable[[sa.Connection], object] | None = None,
+        *,
+        planned_at: float | None = None,
     ) -> bool:
         """Offsets, metrics, errors and the batch state in one transaction. Returns
-        False (and changes nothing) when the batch is already committed. ``on_commit``
-        runs last inside that transaction (a batch's new schema version commits with
-        it); what it raises rolls the whole commit back and is raised."""
+        False (and changes nothing) when the commit is refused: the batch is already
+        committed (another attempt won), or it was released by a stop (its row is gone,
+        or, with ``planned_at``, the batch's ``created_at`` as the attempt loaded it,
+        the id now names a batch planned since), or its connector is stopped (a stop is
+        releasing it). The caller then drops its staged output: the state store decides
+        between a stop and a commit of the same batch, the connector's row being held by
+        both (``set_stopped`` updates it, a commit locks it), so a batch is either
+        committed (then published, never discarded) or released, never both.
+        ``on_commit`` runs last inside that transaction (a batch's new schema version
+        commits with it); what it raises rolls the whole commit back and is raised.
+
+        A key's offsets row only ever holds its contiguous committed prefix: the range
+        of a key another planned batch has an earlier range of is kept aside until the
+        prefix reaches it (:mod:`.ranges`), so a stop that releases the earlier range
+        leaves no gap."""
         now = time.time()
         with self.tx() as conn:
             row = conn.execute(
@@ -215,18 +236,25 @@ class Batches(Connectors):
                     s.batches.c.pipeline,
                     s.batches.c.table_name,
                     s.batches.c.connector,
+                    s.batches.c.created_at,
+                    s.batches.c.plan,
                 )
                 .where(s.batches.c.batch_id == batch_id)
                 .with_for_update()
             ).first()
-            if row is None:
-                raise KeyError(f"batch {batch_id} does not exist")
-            if row.status != BatchStatus.PLANNED.value:
+            if row is None or row.status != BatchStatus.PLANNED.value:
+                return False
+            if planned_at is not None and row.created_at != planned_at:
                 return False
             ref = ConnectorRef(row.pipeline, row.table_name, row.connector)
             # Commits of one connector take turns: each moves the watermark from the
-            # one the previous left.
+            # one the previous left. The lock also orders this commit with a stop.
             watermark.load(conn, ref, lock=True)
+            stopped = conn.execute(
+                sa.select(s.connectors.c.stopped).where(ref.where(s.connectors))
+            ).scalar()
+            if stopped:
+                return False
             updated = conn.execute(
                 sa.update(s.batches)
                 .where(
@@ -245,7 +273,10 @@ class Batches(Connectors):
             ).rowcount
             if updated != 1:
                 return False
-            _write_offsets(conn, ref, receipts, batch_id)
+            contiguous, ahead = ranges.split(conn, ref, row.plan, receipts, batch_id)
+            _write_offsets(conn, ref, contiguous, batch_id)
+            ranges.keep_ahead(conn, ref, ahead)
+            ranges.join(conn, ref)
             watermark.advance(conn, ref)
             c = s.connectors.c
             conn.execute(
@@ -330,7 +361,11 @@ class Batches(Connectors):
     def drop_planned_batch(self, batch_id: int) -> bool:
         """Forget a planned (uncommitted) batch: its items become new work again (keys
         that opted in to the watermark get an incomplete offsets row, see
-        :func:`.watermark.release`)."""
+        :func:`.watermark.release`; ranges of its keys that later batches committed
+        stay kept, see :mod:`.ranges`). A stop calls it after dropping the batch's
+        staged output. Fail point ``before_release``: a stop that dropped the staged
+        output and has not released the batch yet (a test lines a commit up there)."""
+        failpoints.reach("before_release")
         with self.tx() as conn:
             row = conn.execute(
                 sa.select(s.batches.c.plan)

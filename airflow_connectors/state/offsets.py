@@ -9,6 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from airflow_connectors.state import ranges
 from airflow_connectors.state import schema as s
 from airflow_connectors.state import watermark as wm
 from airflow_connectors.state.connectors import Connectors
@@ -66,7 +67,9 @@ class Offsets(Connectors):
         that key when no collapsed key lies in between, else leaves an incomplete row at
         offset 0 for it; either way the key is read again from its start, and only it.
         Setting a key at or below the watermark makes the next discovery a re-list, so
-        the new offset is acted on."""
+        the new offset is acted on. Ranges of an edited key that were committed ahead of
+        a range the stop released (:mod:`.ranges`) are forgotten: the edit says where
+        the key is read from."""
         with self.tx() as conn:
             stopped = conn.execute(
                 sa.select(s.connectors.c.stopped).where(ref.where(s.connectors))
@@ -88,8 +91,12 @@ class Offsets(Connectors):
                 )
             if entries is None:
                 conn.execute(sa.delete(s.offsets).where(ref.where(s.offsets)))
+                ranges.forget(conn, ref)
                 wm.reset(conn, ref)
             for e in entries or ():
+                # The key is read from where the edit says: ranges of it committed ahead
+                # of a released one are forgotten with its offset.
+                ranges.forget(conn, ref, e["key"])
                 where = sa.and_(ref.where(s.offsets), s.offsets.c.key == e["key"])
                 old_meta = conn.execute(sa.select(s.offsets.c.meta).where(where)).scalar()
                 conn.execute(sa.delete(s.offsets).where(where))

@@ -162,6 +162,26 @@ schemas = sa.Table(
 )
 
 
+#: Since v9: ranges of a key committed ahead of an earlier range of the same key that
+#: was still planned (one discovery planned both; the later batch committed first). The
+#: key's offsets row holds only the contiguous committed prefix; a range here joins it
+#: once the prefix reaches ``start``, and discovery never plans it again (see
+#: :mod:`.ranges`). ``offset``, ``records``, ``completed`` and ``meta`` are what the
+#: key's offsets row becomes then.
+ranges = sa.Table(
+    "ac_offset_ranges",
+    metadata,
+    *_pk(),
+    sa.Column("key", sa.String(2048), primary_key=True),
+    sa.Column("start", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("offset", sa.BigInteger, nullable=False),
+    sa.Column("records", sa.BigInteger, nullable=False),
+    sa.Column("completed", sa.Boolean, nullable=False),
+    sa.Column("meta", sa.JSON, nullable=True),
+    sa.Column("batch_id", sa.Integer, nullable=False),
+)
+
+
 def _v1(conn: Connection) -> None:
     # Version 1 had every table, but ac_batches without `published`.
     tables = [schema_version, pipelines, offsets, errors]  # as they were in version 1
@@ -229,7 +249,12 @@ def _v8(conn: Connection) -> None:
     schemas.create(conn)
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
+def _v9(conn: Connection) -> None:
+    # No gap on stop: ranges of a key committed ahead of an earlier, uncommitted range.
+    ranges.create(conn)
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
 LATEST = len(MIGRATIONS)
 
 

@@ -31,8 +31,9 @@ did not yield (too young to read) lowers that re-list's time to its mtime in the
 transport, and ``late_after`` is set only when every item the re-list yielded was
 planned. Keys of planned batches that are released without a commit (a stop) get an
 incomplete offsets row at their planned start (:func:`release`), so W neither passes
-nor forgets them, and the next discovery re-lists to find them. Editing offsets keeps
-the rule (:func:`forget`, :func:`edited`).
+nor forgets them, and the next discovery re-lists to find them; nor does W pass a key
+with a range committed ahead of an uncommitted one (:mod:`.ranges`). Editing offsets
+keeps the rule (:func:`forget`, :func:`edited`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from airflow_connectors.state import ranges
 from airflow_connectors.state import schema as s
 from airflow_connectors.state.plan import stored_keys
 from airflow_connectors.state.records import BatchStatus, ConnectorRef
@@ -123,7 +125,8 @@ def advance(conn: sa.Connection, ref: ConnectorRef) -> None:
     """After a batch commit wrote its offsets (same transaction, connector row locked):
     move the watermark up and drop the offsets rows it covers (see the module doc)."""
     mark = load(conn, ref)
-    planned = in_flight(conn, ref)
+    # A key with a range committed ahead of its prefix has a gap: never passed.
+    planned = in_flight(conn, ref) | ranges.keys(conn, ref)
     rows = conn.execute(
         sa.select(s.offsets.c.key, s.offsets.c.completed, s.offsets.c.meta).where(
             ref.where(s.offsets)

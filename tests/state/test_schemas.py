@@ -163,6 +163,6 @@ def test_migration_from_v7_adds_the_table(store_url: str) -> None:
         assert schema.migrate(engine) == 7
         with engine.connect() as conn:
             assert sa.inspect(conn).has_table("ac_schemas")
-            assert schema._current_version(conn) == 8
+            assert schema._current_version(conn) == schema.LATEST
     finally:
         engine.dispose()

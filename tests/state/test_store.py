@@ -153,7 +153,7 @@ def test_schema_migrates_forward_from_v1(store_url: str) -> None:
     engine.dispose()
     store = StateStore(store_url)  # opening migrates
     with store.tx() as conn:
-        assert schema._current_version(conn) == schema.LATEST == 8
+        assert schema._current_version(conn) == schema.LATEST == 9
         columns = {c["name"] for c in sa.inspect(conn).get_columns("ac_connectors")}
         assert {
             "new_data_signal",
