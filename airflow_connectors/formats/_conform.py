@@ -387,6 +387,37 @@ def _check(arr: pa.ChunkedArray, col: ColumnSpec) -> None:
         bad = pc.fill_null(pc.greater_equal(pc.abs(wide), pc.cast(limit, wide.type)), False)
     if bad is not None and pc.any(bad).as_py():
         raise _misfit(col, arr, bad)
+    if col.type.kind in ("DATE", "TIMESTAMP"):
+        _check_years(arr, col)
+
+
+def _check_years(arr: pa.ChunkedArray, col: ColumnSpec) -> None:
+    """Dates and timestamps outside the years 1 to 9999: Arrow holds them (year 0 after
+    converting 0001-01-01T00:00:00+01:00 to UTC), but Python's readers of the table
+    fail on them ("date value out of range") and the Iceberg sink cannot commit them,
+    so such a value is its record's error (a dead letter under errors.tolerance: all),
+    never a row that breaks the table."""
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_timestamp(arr.type) and arr.type.unit != "ns":
+        lo = pa.scalar(dt.datetime(1, 1, 1), arr.type)
+        hi = pa.scalar(dt.datetime(9999, 12, 31, 23, 59, 59, 999999), arr.type)
+    elif pa.types.is_date(arr.type):
+        lo, hi = pa.scalar(dt.date(1, 1, 1), arr.type), pa.scalar(dt.date(9999, 12, 31), arr.type)
+    else:
+        return  # nanoseconds hold 1677 to 2262 only: always in range
+    bad = pc.fill_null(pc.or_(pc.less(arr, lo), pc.greater(arr, hi)), False)
+    if pc.any(bad).as_py():
+        # Shown as text: Python cannot hold the value.
+        raise _misfit(
+            col,
+            pc.cast(arr, pa.string()),
+            bad,
+            " (outside the years 1 to 9999 that the table and every sink can hold)",
+        )
 
 
 # --- schema evolution -------------------------------------------------------------------

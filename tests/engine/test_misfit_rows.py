@@ -145,3 +145,36 @@ def test_a_skipped_item_is_done_not_planned_again(
     finally:
         with psycopg.connect(BASE, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_timestamps_outside_years_1_to_9999_are_dead_letters_not_rows(tmp_path: Path) -> None:
+    """Issue 22: "0001-01-01T00:00:00+01:00" is year 0 in UTC; it landed, and the table
+    then broke Python readers ("date value out of range") and failed the Iceberg sink at
+    every retry. Now it is its record's dead letter and the table reads back."""
+    folder = tmp_path / "drop"
+    folder.mkdir()
+    (folder / "a.json").write_text(
+        '{"id": 1, "ts": "0001-01-01T00:00:00+01:00"}\n'
+        '{"id": 2, "ts": "2020-01-01T00:00:00Z"}\n'
+        '{"id": 3, "ts": "9999-12-31T23:30:00-01:00"}\n'
+        '{"id": 4, "ts": "0001-01-01T00:00:00Z"}\n'
+    )
+    source = Source(
+        transport="file_input",
+        config={"path": str(folder), "min_file_age": 0},
+        columns={"id": "BIGINT NOT NULL", "ts": "TIMESTAMP"},
+        format={"name": "json", "config": {"update_format": "raw"}},
+        records=[],
+        key_column="id",
+        connector={"tasks_max": 1, "errors": {"tolerance": "all"}},
+    )
+    c = Connector(source, tmp_path / "c")
+    try:
+        c.drain()
+        rows = sorted(c.table().to_pylist(), key=lambda r: r["id"])  # Python reads it all
+        assert [r["id"] for r in rows] == [2, 4]
+        letters = dead_letters(c)
+        assert sorted(int(d["record_number"]) for d in letters) == [1, 3], letters
+        assert all("outside the years 1 to 9999" in str(d) for d in letters)
+    finally:
+        c.close()
