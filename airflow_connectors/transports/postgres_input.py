@@ -189,9 +189,12 @@ class PostgresInputConfig(_pg.PostgresConnectionConfig):
                 if set_
             ]
             if extra:
+                names = " and ".join(", ".join(extra).rsplit(", ", 1))
+                verb = "applies" if len(extra) == 1 else "apply"
+                them = "it" if len(extra) == 1 else "them"
                 raise ValueError(
-                    f"{', '.join(extra)} only apply to mode 'incremental'; set mode: "
-                    "incremental or remove them"
+                    f"{names} {verb} only to mode 'incremental' (this connector reads a "
+                    f"snapshot); set mode: incremental, or remove {them}"
                 )
         return self
 

@@ -375,7 +375,7 @@ def test_bad_configs_are_rejected_at_validation() -> None:
     (missing,) = _errors({**base, "mode": "incremental"})
     assert "needs cursor_column" in missing
     (stray,) = _errors({**base, "cursor_column": "id"})
-    assert "only apply to mode 'incremental'" in stray
+    assert "applies only to mode 'incremental' (this connector reads a snapshot)" in stray
     (scheme,) = _errors({**base, "uri": f"mysql://u:{PASSWORD}@h/db"})
     assert "(got a value starting with 'mysql')" in scheme and PASSWORD not in scheme
     (both,) = _errors({**base, "postgres_conn_id": "pg"})
