@@ -19,7 +19,9 @@ sink), ``postgres_committed`` (the same in the PostgreSQL sink).
 Before those, while a run plans: ``while_planning``
 (:func:`airflow_connectors.engine.discovery.discover`, right after it took the
 connector's planning lease and before it lists or plans anything), so a test can kill a
-run that holds the lease.
+run that holds the lease. Around a stop: ``before_release``
+(``StateStore.drop_planned_batch``, before a stop releases a planned batch), so a test
+can line a stop up with a job committing that batch.
 
 Standard library only, and at the package's top so every layer that has a point (the
 engine, the sinks) can import it without importing upward.

@@ -335,8 +335,11 @@ class ConnectorControl:
         self.store.set_stopped(ref, True)
         released = []
         for batch in self.store.pending_batches(ref):
-            BatchContext.from_plan(batch.plan).sink().discard(batch.batch_id)
+            # Released first, its staged files removed only then: a job that commits
+            # the batch meanwhile wins (its files are published, not deleted), and once
+            # released no commit of it is accepted any more.
             if self.store.drop_planned_batch(batch.batch_id):
+                BatchContext.from_plan(batch.plan).sink().discard(batch.batch_id)
                 released.append(batch.batch_id)
         if released:
             log.info("connector %s stopped: released planned batch(es) %s", ref, released)

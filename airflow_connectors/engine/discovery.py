@@ -27,7 +27,7 @@ from airflow_connectors.state.signals import local_owner
 from airflow_connectors.state.store import BatchPlan, ConnectorRef, ConnectorStopped, StateStore
 from airflow_connectors.state.watermark import FORCE_RELIST
 from airflow_connectors.transports import Cursor, Limits, Transport, WorkItem
-from airflow_connectors.transports.base import MTIME
+from airflow_connectors.transports.base import LINES_BEFORE, MTIME
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +164,7 @@ def _plan(store: StateStore, ctx: BatchContext, own_slice_only: bool) -> Discove
             tasks_max=tasks_max,
         )
         new_items = list(islice(transport.discover(cursor, limits), limits.max_items))
+        new_items = [_with_lines_before(i, cursor) for i in new_items]
         waiting = list(transport.waiting)
         if own_slice_only:  # offsets rows of slices never collapse (see _sliced)
             new_items = [
@@ -216,6 +217,17 @@ def _plan(store: StateStore, ctx: BatchContext, own_slice_only: bool) -> Discove
         waiting=len(waiting),
         ready_at=max((t for _, t in waiting), default=None),
     )
+
+
+def _with_lines_before(item: WorkItem, cursor: Cursor) -> WorkItem:
+    """``item`` with the lines before its start when it resumes exactly at a committed
+    offset that recorded them (see ``transports.base.LINES_BEFORE``)."""
+    if item.start == 0 or LINES_BEFORE in item.meta:
+        return item
+    row = cursor.get(item.key)
+    if row is None or row.offset != item.start or LINES_BEFORE not in row.meta:
+        return item
+    return dataclasses.replace(item, meta={**item.meta, LINES_BEFORE: row.meta[LINES_BEFORE]})
 
 
 def _with_schema(store: StateStore, ctx: BatchContext) -> bool:

@@ -46,6 +46,7 @@ from airflow_connectors.formats.base import Decoded, NewFields, RecordError, con
 from airflow_connectors.sinks.base import Kind, PartWriter, SinkConfig, SinkUnwritable
 from airflow_connectors.state.store import BatchPlan, ErrorRecord, ItemReceipt
 from airflow_connectors.transports import WorkItem
+from airflow_connectors.transports.base import LINES_BEFORE
 from airflow_connectors.transports.compression import CompressionError
 from airflow_connectors.transports.retry import RetryStats, counting
 
@@ -460,8 +461,15 @@ def _ingest_item(task: _Task, item: WorkItem, out: _ItemParts) -> ItemOutcome:
         out.commit()
     except Exception as e:
         raise ingest.sink_failed(e) from e
+    receipt = _receipt(item, offset, ingest.good, ingest.bad, nbytes, ingest.counted.retried.count)
+    if receipt.meta is not None:
+        receipt.meta.pop(LINES_BEFORE, None)  # the item's, not the new offset's
+    if ingest.lines_at_offset is not None:
+        receipt = dataclasses.replace(
+            receipt, meta={**(receipt.meta or {}), LINES_BEFORE: ingest.lines_at_offset}
+        )
     return ItemOutcome(
-        _receipt(item, offset, ingest.good, ingest.bad, nbytes, ingest.counted.retried.count),
+        receipt,
         ingest.reported,
         _new_fields(fmt),
     )
@@ -491,6 +499,10 @@ class _ItemIngest:
         self.dead: _ItemWriter | None = None
         self.good = 0
         self.bad = 0
+        #: Lines of the object before the offset this item ends at (line formats, when
+        #: the item's own first line is known): kept with the offset (``meta``) so a
+        #: later read from there numbers its lines.
+        self.lines_at_offset: int | None = None
         self.reported: list[ErrorRecord] = []
 
     def writer(self, kind: Kind) -> _ItemWriter:
@@ -528,12 +540,15 @@ class _ItemIngest:
         item = self.item
         consumed = 0
         first = item.records_done + 1
+        before = lines_before(item)
+        lines = _LineCounter(_bytes_only(self.counted)) if fmt.line_oriented else None
         try:
             for decoded in fmt.decode(
-                iter(_bytes_only(self.counted)),
+                iter(lines if lines is not None else _bytes_only(self.counted)),
                 final=item.final,
                 first_record=first,
                 at_start=item.start == 0,
+                first_line=before + 1 if before is not None else None,
             ):
                 self.reject(decoded.errors)
                 self.write_rows(rows, decoded.table, first, decoded.records, decoded.errors)
@@ -543,6 +558,9 @@ class _ItemIngest:
             raise self._new_fields(e) from e
         except Exception as e:
             raise self.read_failed(e, f"cannot decode {item.key} as {fmt.name}") from e
+        if lines is not None and before is not None:
+            upto = lines.before(consumed)
+            self.lines_at_offset = None if upto is None else before + upto
         return consumed
 
     def _new_fields(self, e: NewFields) -> ItemFailed:
@@ -765,6 +783,48 @@ def _row_numbers(first: int, count: int, errors: list[RecordError], rows: int) -
 def _at_line(e: RecordError) -> str:
     """`` (line N)`` where the format knows the record's first line."""
     return f" (line {e.line})" if e.line is not None else ""
+
+
+def lines_before(item: WorkItem) -> int | None:
+    """Lines of the object before ``item.start``: 0 at its start, else what the offset
+    it resumes from recorded (None: not known, e.g. a range planned before the range
+    ahead of it committed; its dead letters then have no line, only a record number)."""
+    if item.start == 0:
+        return 0
+    value = item.meta.get(LINES_BEFORE)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class _LineCounter:
+    """Passes bytes through, counting newlines, so the lines before any position read
+    so far can be told (:meth:`before`); keeps the last few chunks for that."""
+
+    KEEP = 64 << 20
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks = chunks
+        self.read = 0
+        self.newlines = 0
+        self.tail: list[bytes] = []  # the last chunks read, up to KEEP bytes
+        self.tail_bytes = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.chunks:
+            self.read += len(chunk)
+            self.newlines += chunk.count(b"\n")
+            self.tail.append(chunk)
+            self.tail_bytes += len(chunk)
+            while self.tail_bytes - len(self.tail[0]) >= self.KEEP:
+                self.tail_bytes -= len(self.tail.pop(0))
+            yield chunk
+
+    def before(self, position: int) -> int | None:
+        """Newlines before byte ``position`` of what was read (None: too far back)."""
+        unread_after = self.read - position
+        if unread_after < 0 or unread_after > self.tail_bytes:
+            return None
+        after = b"".join(self.tail)[self.tail_bytes - unread_after :] if unread_after else b""
+        return self.newlines - after.count(b"\n")
 
 
 def _bytes_only(chunks: Iterable[object]) -> Iterator[bytes]:

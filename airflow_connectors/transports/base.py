@@ -71,6 +71,12 @@ class KeyOffset:
 #: collapses into the watermark (the state store drops it).
 MTIME = "mtime"
 
+#: ``WorkItem.meta`` / offsets ``meta`` key: how many lines of the object lie before the
+#: item's start (before the committed offset). The engine records it with the offset of
+#: a line-format read and gives it to the item that resumes there, so dead letters of a
+#: read that does not start at the object's first line still carry their line.
+LINES_BEFORE = "lines_before"
+
 
 class SourceOrderError(ValueError):
     """The committed watermark sorts after every key the source now lists (its prefix or
@@ -142,7 +148,7 @@ class Limits:
     tasks_max: int = 1
 
 
-__all__ = ["MTIME", "Cursor", "KeyOffset", "Limits", "Transport", "WorkItem"]
+__all__ = ["LINES_BEFORE", "MTIME", "Cursor", "KeyOffset", "Limits", "Transport", "WorkItem"]
 
 
 class Transport(ABC):

@@ -178,3 +178,36 @@ def test_timestamps_outside_years_1_to_9999_are_dead_letters_not_rows(tmp_path: 
         assert all("outside the years 1 to 9999" in str(d) for d in letters)
     finally:
         c.close()
+
+
+def test_dead_letters_of_a_read_that_resumes_mid_object_carry_their_line(tmp_path: Path) -> None:
+    """Issue 22: a read that starts past the object's first line (lines appended to a
+    followed file, an S3 object resumed in byte ranges) gave its dead letters no line
+    (record 7001 -> line None). The committed offset keeps the lines before it."""
+    folder = tmp_path / "drop"
+    folder.mkdir()
+    log = folder / "events.json"
+    log.write_text("".join(f'{{"id": {i}}}\n' for i in range(1, 6)))  # lines 1-5
+    source = Source(
+        transport="file_input",
+        config={"path": str(folder), "min_file_age": 0, "follow": True},
+        columns={"id": "BIGINT NOT NULL"},
+        format={"name": "json", "config": {"update_format": "raw"}},
+        records=[],
+        key_column="id",
+        connector={"tasks_max": 1, "errors": {"tolerance": "all"}},
+    )
+    c = Connector(source, tmp_path / "c")
+    try:
+        found = c.discover()
+        c.run(found.batch_ids)
+        with log.open("a") as f:  # lines 6-9, the bad one on line 8
+            f.write('{"id": 6}\n{"id": 7}\n{"id": "not a number"}\n{"id": 9}\n')
+        found = c.discover()
+        assert len(found.batch_ids) == 1
+        c.run(found.batch_ids)
+        assert landed_ids(c, "id") == [1, 2, 3, 4, 5, 6, 7, 9]
+        [letter] = dead_letters(c)
+        assert letter["line_number"] == 8 and int(letter["record_number"]) == 8, letter
+    finally:
+        c.close()

@@ -335,8 +335,13 @@ def row_json(
 
 
 def _latest_error(st: ConnectorState) -> str:
+    """The latest error of a connector that is not failing, with its time, so an old
+    one (an empty folder at the first run) is not read as the current state."""
     errors = sorted(st.parse_errors + st.transport_errors, key=lambda e: int(e["index"]))
-    return str(errors[-1]["message"]) if errors else ""
+    if not errors:
+        return ""
+    latest = errors[-1]
+    return f"{latest['message']} (at {latest['timestamp']})"
 
 
 def links(dag_id: str, asset_id: int | None) -> dict[str, str | None]:
