@@ -153,14 +153,21 @@ def seal(value: Any, secret: Iterable[str] = (), _key: str = "") -> Any:
     return value
 
 
-def unseal(value: Any) -> Any:
-    """A copy of a config with every sealed value opened (see :func:`unseal_value`)."""
+def unseal(value: Any, *, unopened: str | None = None) -> Any:
+    """A copy of a config with every sealed value opened (see :func:`unseal_value`).
+    ``unopened``: what a value this process cannot open becomes, instead of raising
+    :class:`SealedValueError` (for display, where it is masked anyway)."""
     if isinstance(value, dict):
-        return {k: unseal(v) for k, v in value.items()}
+        return {k: unseal(v, unopened=unopened) for k, v in value.items()}
     if isinstance(value, list):
-        return [unseal(v) for v in value]
+        return [unseal(v, unopened=unopened) for v in value]
     if isinstance(value, str) and value.startswith(PREFIX):
-        return unseal_value(value)
+        try:
+            return unseal_value(value)
+        except SealedValueError:
+            if unopened is None:
+                raise
+            return unopened
     return value
 
 

@@ -143,7 +143,11 @@ def spec_of(ref: ConnectorRef) -> dict[str, Any]:
             f"connector {connector_name(ref)}: its DAG in Airflow was serialized without its spec (by "
             "an older airflow-connectors); wait for its DAG file to be parsed again",
         )
-    doc: dict[str, Any] = json.loads(text)
+    from airflow_connectors.spec.redact import MASK
+    from airflow_connectors.spec.sealed import unseal
+
+    # Secrets are stored sealed; opened here only to be masked where they are shown.
+    doc: dict[str, Any] = unseal(json.loads(text), unopened=MASK)
     return doc
 
 

@@ -46,7 +46,8 @@ from fastapi import APIRouter, Query, Request
 from airflow_connectors.airflow.api.connect import catalog
 from airflow_connectors.airflow.api.connect.errors import error_responses
 from airflow_connectors.engine.control import State, connector_view, stopped_message
-from airflow_connectors.spec.redact import mask_config, mask_text
+from airflow_connectors.spec.redact import MASK, mask_config, mask_text
+from airflow_connectors.spec.sealed import unseal
 from airflow_connectors.state.records import BatchStatus, ConnectorRef, ConnectorState
 
 router = APIRouter(prefix="/ui")
@@ -241,7 +242,8 @@ def specs_of(
         for model in models:
             text = _discover_spec(model.data or {})
             if text is not None and model.dag_id in by_id:
-                doc = json.loads(text)
+                # Secrets are stored sealed; opened only to be masked where shown.
+                doc = unseal(json.loads(text), unopened=MASK)
                 out[by_id[model.dag_id]] = (dict(doc["table"]), dict(doc["connector"]))
     return out
 
