@@ -81,6 +81,8 @@ def test_rotation_and_a_wrong_key(key: str, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", new)
     with pytest.raises(SealedValueError, match="another key"):
         unseal(sealed)
+    # For display (the REST config, the page) a value that cannot be opened is masked.
+    assert unseal(sealed, unopened="***") == {"password": "***"}
 
 
 def test_without_airflow_a_key_file_is_made_once(
