@@ -347,7 +347,9 @@ def _run_tasks(session: Any, ctx: BatchContext, items: Sequence[WorkItem]) -> li
         getattr(sc, "defaultParallelism", 1),
     )
     # Each task gets the plan without its items (small) and its own items.
-    header = json.dumps(dataclasses.replace(ctx.to_plan(), items=()).to_json())
+    # In clear, as the tasks' closure: executors may not have the key that opens sealed
+    # secrets (a Spark worker started without Airflow's config); nothing stores it.
+    header = json.dumps(dataclasses.replace(ctx.to_plan(), items=()).to_json(sealed=False))
     payload = [json.dumps([[n, items[n].to_json()] for n in group]) for group in groups]
     log.info(
         "%s batch %d: %d work item(s) in %d Spark task(s)",

@@ -5,7 +5,9 @@ A connector's configs travel outside the process that read the spec: into Airflo
 serialized DAG (operator and trigger arguments) and into the state store (each batch
 plan keeps the config it was planned with). Before they are written there, every secret
 value (what :mod:`.redact` masks: fields named or marked secret, URLs with a password or
-a secret query parameter) is replaced by ``sealed:v1:<Fernet token>``; validating a
+a secret query parameter) is replaced by ``sealed:v1:<AES-SIV ciphertext>``
+(deterministic, so a DAG file parsed again serializes the same DAG; the cipher's key is
+derived from the Fernet key); validating a
 spec or a plan turns sealed values back into the secret, in memory only.
 
 The key is Airflow's: ``[connectors] secrets_key`` (``AIRFLOW__CONNECTORS__SECRETS_KEY``)
@@ -80,17 +82,39 @@ def _file_key(create: bool) -> str | None:
 
 
 @lru_cache(maxsize=8)
-def _fernet(keys: str) -> Any:
-    from cryptography.fernet import Fernet, MultiFernet
+def _ciphers(keys: str) -> list[Any]:
+    """One AES-SIV cipher per configured key, the first one sealing. AES-SIV is
+    deterministic: the same secret seals to the same text, so a DAG file parsed again
+    serializes the same DAG (Airflow keeps one version and keeps its triggers), while
+    the text still reveals nothing of the secret. Each cipher's key is derived (HKDF) from
+    the Fernet key, so no second key needs configuring."""
+    import base64
 
-    try:
-        return MultiFernet([Fernet(k.strip().encode()) for k in keys.split(",") if k.strip()])
-    except (ValueError, TypeError) as e:
-        raise SealedValueError(
-            "the key for secrets at rest ([connectors] secrets_key or [core] fernet_key) is "
-            f"not a Fernet key ({e}); generate one with `python -c 'from cryptography.fernet "
-            "import Fernet; print(Fernet.generate_key().decode())'`"
-        ) from None
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.ciphers.aead import AESSIV
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    ciphers = []
+    for key in (k.strip() for k in keys.split(",")):
+        if not key:
+            continue
+        try:
+            raw = base64.urlsafe_b64decode(key.encode())
+            if len(raw) != 32:
+                raise ValueError("Fernet key must be 32 url-safe base64-encoded bytes.")
+        except (ValueError, TypeError) as e:
+            raise SealedValueError(
+                "the key for secrets at rest ([connectors] secrets_key or [core] fernet_key) "
+                f"is not a Fernet key ({e}); generate one with `python -c 'from "
+                "cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`"
+            ) from None
+        derived = HKDF(
+            algorithm=hashes.SHA256(), length=64, salt=None, info=b"airflow-connectors sealed v1"
+        ).derive(raw)
+        ciphers.append(AESSIV(derived))
+    if not ciphers:
+        raise SealedValueError("the key for secrets at rest is empty")
+    return ciphers
 
 
 def _where() -> str:
@@ -102,17 +126,22 @@ def _where() -> str:
 
 def seal_value(value: str) -> str:
     """``value`` encrypted with the first key (made for the embedded CLI if none)."""
+    import base64
+
     keys = _configured() or _file_key(create=True)
     assert keys is not None
-    token: bytes = _fernet(keys).encrypt(value.encode())
-    return PREFIX + token.decode()
+    sealed: bytes = _ciphers(keys)[0].encrypt(value.encode(), None)
+    return PREFIX + base64.urlsafe_b64encode(sealed).decode()
 
 
 def unseal_value(value: str) -> str:
     """The secret a sealed ``value`` holds; ``value`` itself when it is not sealed."""
     if not value.startswith(PREFIX):
         return value
-    from cryptography.fernet import InvalidToken
+    import base64
+    import binascii
+
+    from cryptography.exceptions import InvalidTag
 
     keys = _configured() or _file_key(create=False)
     if keys is None:
@@ -122,13 +151,19 @@ def unseal_value(value: str) -> str:
             f"{_where()}"
         )
     try:
-        return str(_fernet(keys).decrypt(value[len(PREFIX) :].encode()).decode())
-    except InvalidToken:
-        raise SealedValueError(
-            "a secret of this config was stored encrypted with another key than this "
-            f"process has; give every Airflow component (and the Spark driver) the same key "
-            f"({_where()}), or keep the old key listed after the new one"
-        ) from None
+        data = base64.urlsafe_b64decode(value[len(PREFIX) :].encode())
+    except (binascii.Error, ValueError):
+        data = b""
+    for cipher in _ciphers(keys):
+        try:
+            return str(cipher.decrypt(data, None).decode())
+        except (InvalidTag, ValueError):
+            continue
+    raise SealedValueError(
+        "a secret of this config was stored encrypted with another key than this "
+        f"process has; give every Airflow component (and the Spark driver) the same key "
+        f"({_where()}), or keep the old key listed after the new one"
+    )
 
 
 def _secret_string(key: str, value: str, names: frozenset[str]) -> bool:

@@ -45,15 +45,19 @@ class BatchPlan:
         """The connector this plan belongs to."""
         return ConnectorRef(self.pipeline, self.table.name, self.connector.name)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, sealed: bool = True) -> dict[str, Any]:
         """The plan as JSON (what the store keeps, plus ``batch_id`` and ``attempt``),
-        its secrets sealed (:mod:`..spec.sealed`): the store never holds one in clear."""
+        its secrets sealed (:mod:`..spec.sealed`): the store never holds one in clear.
+        ``sealed=False``: in clear, only for handing the plan to the job's own Spark
+        tasks in memory (executors may run where the key is not configured)."""
         from airflow_connectors.catalog import sealed_connector, sealed_table
 
+        table = self.table.model_dump(mode="json", exclude={"connectors"})
+        connector = self.connector.model_dump(mode="json")
         return {
             "pipeline": self.pipeline,
-            "table": sealed_table(self.table.model_dump(mode="json", exclude={"connectors"})),
-            "connector": sealed_connector(self.connector.model_dump(mode="json")),
+            "table": sealed_table(table) if sealed else table,
+            "connector": sealed_connector(connector) if sealed else connector,
             "warehouse": self.warehouse,
             "items": [i.to_json() for i in self.items],
             "batch_id": self.batch_id,

@@ -506,3 +506,35 @@ def test_one_invalid_connector_keeps_the_valid_ones_and_fails_alone(
     assert "tables.t.columns.id" in error
     pipeline = ConnectorPipeline.from_file(DAGS / "halfbad.yaml")
     assert list(pipeline.invalid) == [("t", "typo")]
+
+
+def test_a_dag_with_an_inline_secret_serializes_the_same_at_every_parse(
+    connectors_env: dict[str, str],
+) -> None:
+    """Secrets are sealed deterministically (issue 22): parsing the DAG file again gives
+    the same serialized DAG, so Airflow keeps one version and the DAG's triggers."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    connector = {
+        "name": "landing",
+        "trigger": {"on": "new_data"},
+        "transport": {
+            "name": "s3_input",
+            "config": {
+                "bucket_name": "landing-bucket",
+                "prefix": "in/",
+                "aws_access_key_id": "AKIAEXAMPLE0001",
+                "aws_secret_access_key": "wJalrXUtnFEMI-K7MDENG-0422",
+            },
+        },
+        "format": {"name": "json"},
+    }
+    tables = {"t": {"columns": {"id": "BIGINT"}, "connectors": [connector]}}
+    first = json.dumps(
+        DagSerialization.to_dict(write_pipeline("sealed", tables)["sealed.t.landing"])
+    )
+    again = json.dumps(
+        DagSerialization.to_dict(write_pipeline("sealed", tables)["sealed.t.landing"])
+    )
+    assert first == again
+    assert "sealed:v1:" in first and "wJalrXUtnFEMI-K7MDENG-0422" not in first

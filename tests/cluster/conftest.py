@@ -107,8 +107,13 @@ class Deployment:
     def store(self) -> Any:
         """The connectors' state store (PostgreSQL), opened on first use."""
         if self._store is None:
+            import os
+
             from airflow_connectors.state.store import StateStore
 
+            # Plans hold sealed secrets: this process reads them with the cluster's key,
+            # as its Airflow components do.
+            os.environ["AIRFLOW__CORE__FERNET_KEY"] = self.cluster.env["AIRFLOW__CORE__FERNET_KEY"]
             self._store = StateStore(self.cluster.state_store_url)
         return self._store
 
