@@ -49,15 +49,25 @@ def _configured() -> str | None:
         if os.environ.get(var, "").strip():
             return os.environ[var]
     cfg = Path(os.environ.get("AIRFLOW_CONFIG") or _airflow_home() / "airflow.cfg")
-    if cfg.is_file():
-        parser = configparser.ConfigParser(interpolation=None)
-        try:
-            parser.read(cfg)
-        except configparser.Error:
-            return None
-        for section, option in (("connectors", "secrets_key"), ("core", "fernet_key")):
-            if parser.has_option(section, option) and parser.get(section, option).strip():
-                return parser.get(section, option)
+    try:
+        stamp = cfg.stat().st_mtime_ns
+    except OSError:
+        return None
+    return _from_config_file(str(cfg), stamp)
+
+
+@lru_cache(maxsize=4)
+def _from_config_file(path: str, stamp: int) -> str | None:
+    """The key in an ``airflow.cfg`` (read once per version of the file: rendering many
+    connectors with secrets seals many values)."""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path)
+    except configparser.Error:
+        return None
+    for section, option in (("connectors", "secrets_key"), ("core", "fernet_key")):
+        if parser.has_option(section, option) and parser.get(section, option).strip():
+            return parser.get(section, option)
     return None
 
 
