@@ -55,9 +55,8 @@ def test_every_secret_field_is_sealed_and_opened_by_validation(key: str) -> None
     assert sealed_connector(s3_connector()) == doc
     other = s3_connector()
     other["transport"]["config"]["aws_secret_access_key"] = SECRET + "x"
-    assert sealed_connector(other)["transport"]["config"]["aws_secret_access_key"] != (
-        config["aws_secret_access_key"]
-    )
+    resealed = sealed_connector(other)["transport"]["config"]["aws_secret_access_key"]
+    assert resealed != config["aws_secret_access_key"]
 
 
 def test_urls_with_passwords_and_sink_secrets_are_sealed_templates_are_not(key: str) -> None:
