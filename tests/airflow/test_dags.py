@@ -538,3 +538,17 @@ def test_a_dag_with_an_inline_secret_serializes_the_same_at_every_parse(
     )
     assert first == again
     assert "sealed:v1:" in first and "wJalrXUtnFEMI-K7MDENG-0422" not in first
+
+
+def test_the_gate_retries_a_start_while_the_api_server_starts(
+    connectors_env: dict[str, str],
+) -> None:
+    """Issue 22: a cron tick during the quickstart's restart failed its run at the gate
+    (the execution API was not up yet). The gate retries twice, 10 s apart; discover
+    keeps its own 3 retries."""
+    gen = {"name": "datagen", "config": {"plan": [{"limit": 1}]}}
+    tables = {"t": {"columns": {"id": "BIGINT"}, "connectors": [{"name": "g", "transport": gen}]}}
+    dag = write_pipeline("gated", tables)["gated.t.g"]
+    gate, discover = dag.get_task("gate"), dag.get_task("discover")
+    assert gate.retries == 2 and gate.retry_delay == dt.timedelta(seconds=10)
+    assert discover.retries == 3

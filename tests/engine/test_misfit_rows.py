@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -16,6 +17,25 @@ import pytest
 from airflow_connectors.testing.conformance import Connector, Source
 
 BASE = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def tolerant(
+    transport: str,
+    config: dict[str, Any],
+    columns: dict[str, str],
+    key: str,
+    format: dict[str, Any] | None = None,
+) -> Source:
+    """A one-task source of ``transport`` under ``errors.tolerance: all``."""
+    return Source(
+        transport=transport,
+        config=config,
+        columns=columns,
+        format=format,
+        records=[],
+        key_column=key,
+        connector={"tasks_max": 1, "errors": {"tolerance": "all"}},
+    )
 
 
 def dead_letters(c: Connector) -> list[dict]:
@@ -43,13 +63,11 @@ def test_postgres_rows_that_do_not_fit_are_their_own_dead_letters(tmp_path: Path
             " (4, 4, 4.5)"
         )
     try:
-        source = Source(
-            transport="postgres_input",
-            config={"uri": BASE, "query": f"TABLE {schema}.t ORDER BY k"},
-            columns={"k": "INT NOT NULL", "id": "INT", "amount": "DECIMAL(10, 2)"},
-            records=[],
-            key_column="k",
-            connector={"tasks_max": 1, "errors": {"tolerance": "all"}},
+        source = tolerant(
+            "postgres_input",
+            {"uri": BASE, "query": f"TABLE {schema}.t ORDER BY k"},
+            {"k": "INT NOT NULL", "id": "INT", "amount": "DECIMAL(10, 2)"},
+            "k",
         )
         c = Connector(source, tmp_path)
         try:
@@ -82,13 +100,11 @@ def test_delta_rows_that_do_not_fit_are_their_own_dead_letters(tmp_path: Path) -
             }
         ),
     )
-    source = Source(
-        transport="delta_table_input",
-        config={"uri": uri, "mode": "snapshot"},
-        columns={"id": "BIGINT NOT NULL", "n": "INT"},
-        records=[],
-        key_column="id",
-        connector={"tasks_max": 1, "errors": {"tolerance": "all"}},
+    source = tolerant(
+        "delta_table_input",
+        {"uri": uri, "mode": "snapshot"},
+        {"id": "BIGINT NOT NULL", "n": "INT"},
+        "id",
     )
     c = Connector(source, tmp_path / "c")
     try:
@@ -122,13 +138,11 @@ def test_a_skipped_item_is_done_not_planned_again(
 
     monkeypatch.setattr(PostgresInputTransport, "read", unreadable)
     try:
-        source = Source(
-            transport="postgres_input",
-            config={"uri": BASE, "query": f"TABLE {schema}.t"},
-            columns={"k": "INT NOT NULL"},
-            records=[],
-            key_column="k",
-            connector={"tasks_max": 1, "errors": {"tolerance": "all"}},
+        source = tolerant(
+            "postgres_input",
+            {"uri": BASE, "query": f"TABLE {schema}.t"},
+            {"k": "INT NOT NULL"},
+            "k",
         )
         c = Connector(source, tmp_path)
         try:
@@ -159,14 +173,12 @@ def test_timestamps_outside_years_1_to_9999_are_dead_letters_not_rows(tmp_path: 
         '{"id": 3, "ts": "9999-12-31T23:30:00-01:00"}\n'
         '{"id": 4, "ts": "0001-01-01T00:00:00Z"}\n'
     )
-    source = Source(
-        transport="file_input",
-        config={"path": str(folder), "min_file_age": 0},
-        columns={"id": "BIGINT NOT NULL", "ts": "TIMESTAMP"},
+    source = tolerant(
+        "file_input",
+        {"path": str(folder), "min_file_age": 0},
+        {"id": "BIGINT NOT NULL", "ts": "TIMESTAMP"},
+        "id",
         format={"name": "json", "config": {"update_format": "raw"}},
-        records=[],
-        key_column="id",
-        connector={"tasks_max": 1, "errors": {"tolerance": "all"}},
     )
     c = Connector(source, tmp_path / "c")
     try:
@@ -188,14 +200,12 @@ def test_dead_letters_of_a_read_that_resumes_mid_object_carry_their_line(tmp_pat
     folder.mkdir()
     log = folder / "events.json"
     log.write_text("".join(f'{{"id": {i}}}\n' for i in range(1, 6)))  # lines 1-5
-    source = Source(
-        transport="file_input",
-        config={"path": str(folder), "min_file_age": 0, "follow": True},
-        columns={"id": "BIGINT NOT NULL"},
+    source = tolerant(
+        "file_input",
+        {"path": str(folder), "min_file_age": 0, "follow": True},
+        {"id": "BIGINT NOT NULL"},
+        "id",
         format={"name": "json", "config": {"update_format": "raw"}},
-        records=[],
-        key_column="id",
-        connector={"tasks_max": 1, "errors": {"tolerance": "all"}},
     )
     c = Connector(source, tmp_path / "c")
     try:
