@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from airflow_connectors.spec.redact import mask_url
+from airflow_connectors.spec.redact import is_secret_name, mask_url
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -85,9 +85,10 @@ def validated(
             else:
                 msg = err["msg"].removeprefix("Value error, ")
                 got = err.get("input")
+                secret = bool(loc) and is_secret_name(str(loc[-1]))
                 shown = (
                     ""
-                    if isinstance(got, Mapping | list) or repr(got) in msg
+                    if isinstance(got, Mapping | list) or repr(got) in msg or secret
                     else f" (got {mask_url(repr(got))})"  # a URL's password stays hidden
                 )
                 _error(errors, [*path, *loc], f"{msg[0].lower()}{msg[1:]}{shown}")

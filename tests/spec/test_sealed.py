@@ -107,3 +107,21 @@ def test_without_airflow_a_key_file_is_made_once(
     keyfile.unlink()
     with pytest.raises(SealedValueError, match="no key"):
         unseal(sealed)
+
+
+def test_a_secret_field_of_the_wrong_type_is_not_quoted_in_the_error() -> None:
+    """A validation error (shown by the CLI, the REST validate, an invalid connector's
+    DAG docs and the dag-processor log) never quotes a secret field's value."""
+    from airflow_connectors.spec.errors import SpecError, validated
+    from airflow_connectors.transports.s3_input import S3InputConfig
+
+    errors: list[SpecError] = []
+    config = {
+        "bucket_name": "landing-bucket",
+        "prefix": "",
+        "aws_access_key_id": "AKIAEXAMPLE0001",
+        "aws_secret_access_key": 98765432101,
+    }
+    validated(["config"], S3InputConfig, config, errors)
+    assert [e.path for e in errors] == ["config.aws_secret_access_key"]
+    assert "98765432101" not in str(errors[0])
