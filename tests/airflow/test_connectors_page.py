@@ -232,7 +232,15 @@ def set_filter(browser: Any, text: str, status: str = "") -> None:
     box.send_keys(Keys.DELETE)
     if text:
         box.send_keys(text)
-    Select(browser.find_element(By.ID, "state-filter")).select_by_value(status)
+    # The page's first refresh after a load makes the status options (later ones only
+    # change their counts): an option found before it is gone after it.
+    wait_for(
+        f"status {status!r} chosen",
+        lambda: (
+            Select(browser.find_element(By.ID, "state-filter")).select_by_value(status)
+            or browser.find_element(By.ID, "state-filter").get_attribute("value") == status
+        ),
+    )
 
 
 def open_detail(browser: Any, name: str) -> Any:
