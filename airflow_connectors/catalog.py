@@ -20,6 +20,7 @@ from airflow_connectors.spec.errors import SpecError
 from airflow_connectors.spec.models import ConnectorSpec, PipelineSpec, TableSpec
 from airflow_connectors.spec.plugins import Plugins
 from airflow_connectors.transports import TRANSPORTS, Transport
+from airflow_connectors.transports.base import SourceContext
 from airflow_connectors.transports.retry import RetryPolicy
 
 #: The installed plugins.
@@ -73,7 +74,13 @@ def transport_of(connector: ConnectorSpec, table: TableSpec) -> Transport:
     """The transport of a resolved connector."""
     cls = TRANSPORTS.get(connector.transport.name)
     transport: Transport = cls(cls.Config.model_validate(connector.transport.config), table)
-    transport.retry = RetryPolicy.from_errors(connector.errors)
+    transport.context = SourceContext(
+        connector=connector.name,
+        table=table.name,
+        tasks_max=connector.tasks_max,
+        max_batch_size=connector.max_batch_size,
+        retry=RetryPolicy.from_errors(connector.errors),
+    )
     return transport
 
 

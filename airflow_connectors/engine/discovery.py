@@ -27,7 +27,7 @@ from airflow_connectors.state.signals import local_owner
 from airflow_connectors.state.store import BatchPlan, ConnectorRef, ConnectorStopped, StateStore
 from airflow_connectors.state.watermark import FORCE_RELIST
 from airflow_connectors.transports import Cursor, Limits, Transport, WorkItem
-from airflow_connectors.transports.base import LINES_BEFORE, MTIME
+from airflow_connectors.transports.base import LINES_BEFORE, MTIME, SourceReport
 
 log = logging.getLogger(__name__)
 
@@ -163,15 +163,16 @@ def _plan(store: StateStore, ctx: BatchContext, own_slice_only: bool) -> Discove
             appendable=_appendable(ctx),
             tasks_max=tasks_max,
         )
+        report = transport.context.new_report()
         new_items = list(islice(transport.discover(cursor, limits), limits.max_items))
         new_items = [_with_lines_before(i, cursor) for i in new_items]
-        waiting = list(transport.waiting)
+        waiting = list(report.waiting)
         if own_slice_only:  # offsets rows of slices never collapse (see _sliced)
             new_items = [
                 dataclasses.replace(i, meta={k: v for k, v in i.meta.items() if k != MTIME})
                 for i in new_items
             ]
-        for message, key in transport.notices:
+        for message, key in report.notices:
             log.warning("%s: %s", ref, message)
             store.record_transport_error(ref, message, source_key=key)
         groups = split(new_items, slots, ctx.connector.max_batch_size)
@@ -182,7 +183,7 @@ def _plan(store: StateStore, ctx: BatchContext, own_slice_only: bool) -> Discove
             ref,
             plans,
             listed=True,
-            relisted_at=_relisted_at(transport, new_items, groups, limits),
+            relisted_at=_relisted_at(report, new_items, groups, limits),
         )
         if planned:
             log.info(
@@ -242,16 +243,16 @@ def _with_schema(store: StateStore, ctx: BatchContext) -> bool:
 
 
 def _relisted_at(
-    transport: Transport, items: list[WorkItem], groups: list[list[WorkItem]], limits: Limits
+    report: SourceReport, items: list[WorkItem], groups: list[list[WorkItem]], limits: Limits
 ) -> float | None:
-    """The transport's ``relisted_at`` when its listing was a complete re-list and every
+    """The report's ``relisted_at`` when the listing was a complete re-list and every
     item it yielded is planned: not cut at ``max_items`` (possibly more to come) and not
     cut by ``split`` (groups beyond the free slots wait for a later discovery)."""
-    if transport.relisted_at is None or len(items) >= limits.max_items:
+    if report.relisted_at is None or len(items) >= limits.max_items:
         return None
     if sum(len(g) for g in groups) != len(items):
         return None
-    return transport.relisted_at
+    return report.relisted_at
 
 
 def new_data_fingerprint(

@@ -148,7 +148,78 @@ class Limits:
     tasks_max: int = 1
 
 
-__all__ = ["LINES_BEFORE", "MTIME", "Cursor", "KeyOffset", "Limits", "Transport", "WorkItem"]
+@dataclass
+class SourceReport:
+    """What one discovery reports besides its work items; the framework hands a fresh
+    one to the transport (``context.report``) before each ``discover`` and reads it once
+    the listing is consumed."""
+
+    #: Problems that are not a reason to stop (an object changed after it was
+    #: committed, a bounded source that matches nothing, sequences removed before they
+    #: were read), as ``(message, source key)``: the framework logs them and counts them
+    #: as transport errors in the connector's stats.
+    notices: list[tuple[str, str | None]] = field(default_factory=list)
+    #: Set when the listing covered every key of the source, below the watermark too (a
+    #: re-list): the time that listing started, on the source's clock, minus any safety
+    #: margin. Once every item that discovery yielded is planned, the framework makes it
+    #: the cursor's ``late_after`` and restarts the ``since_relist`` count; otherwise the
+    #: count goes up by one.
+    relisted_at: float | None = None
+    #: Keys seen but held back for a later discovery (a file modified within
+    #: ``min_file_age``), as ``(key, epoch seconds when readable)``, so a run that found
+    #: nothing can say that something waits, and until when.
+    waiting: list[tuple[str, float]] = field(default_factory=list)
+
+    def notice(self, message: str, key: str | None = None) -> None:
+        """Report a problem that does not stop the discovery (see ``notices``)."""
+        self.notices.append((message, key))
+
+    def wait(self, key: str, until: float) -> None:
+        """Report ``key`` as held back until ``until`` (epoch seconds)."""
+        self.waiting.append((key, until))
+
+
+@dataclass
+class SourceContext:
+    """What the framework tells a transport about where it runs: the connector it
+    serves, the connector's batch limits and retry settings, and the report of the
+    current discovery. ``Transport.context``; a transport built outside a connector
+    (a user's ``spark.read.format(...)``, the conformance kit) gets the defaults."""
+
+    #: The connector's name; None outside a connector.
+    connector: str | None = None
+    #: The name of the table the connector feeds.
+    table: str = ""
+    #: The connector's ``tasks_max``.
+    tasks_max: int = 1
+    #: The connector's ``max_batch_size`` (records per batch); None: the default.
+    max_batch_size: int | None = None
+    #: How transient errors of one call are retried (the connector's ``errors.retry.*``).
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    report: SourceReport = field(default_factory=SourceReport)
+
+    @property
+    def who(self) -> str:
+        """``table.connector`` for messages, or the table alone outside a connector."""
+        return f"{self.table}.{self.connector}" if self.connector else self.table
+
+    def new_report(self) -> SourceReport:
+        """A fresh report for the next discovery (the framework calls it)."""
+        self.report = SourceReport()
+        return self.report
+
+
+__all__ = [
+    "LINES_BEFORE",
+    "MTIME",
+    "Cursor",
+    "KeyOffset",
+    "Limits",
+    "SourceContext",
+    "SourceReport",
+    "Transport",
+    "WorkItem",
+]
 
 
 class Transport(ABC):
@@ -165,23 +236,49 @@ class Transport(ABC):
     def __init__(self, config: StrictConfig, table: TableSpec) -> None:
         self.config = config
         self.table = table
-        #: Problems ``discover`` found that are not a reason to stop (an object changed
-        #: after it was committed, a bounded source that matches nothing), as
-        #: ``(message, source key)``: the framework logs them and counts them as
-        #: transport errors in the connector's stats.
-        self.notices: list[tuple[str, str | None]] = []
-        #: Set by ``discover`` when it listed every key of the source, below the
-        #: watermark too (a re-list): the time that listing started, on the source's
-        #: clock, minus any safety margin. Once every item that discovery yielded is
-        #: planned, the framework makes it the cursor's ``late_after`` and restarts the
-        #: ``since_relist`` count; otherwise the count goes up by one.
-        self.relisted_at: float | None = None
-        #: Set by ``discover``: keys it saw but held back for a later discovery (a file
-        #: modified within ``min_file_age``), as ``(key, epoch seconds when readable)``,
-        #: so a run that found nothing can say that something waits, and until when.
-        self.waiting: list[tuple[str, float]] = []
-        #: How transient errors of one call are retried (the connector's ``errors.retry.*``).
-        self.retry = RetryPolicy()
+        #: Set by the framework after construction (``catalog.transport_of``); the
+        #: defaults otherwise.
+        self.context = SourceContext(table=table.name)
+
+    # The report of the current discovery and the retry settings, under the names
+    # transports used before ``context`` existed.
+
+    @property
+    def report(self) -> SourceReport:
+        """The current discovery's report (``context.report``)."""
+        return self.context.report
+
+    @property
+    def notices(self) -> list[tuple[str, str | None]]:
+        """``context.report.notices``."""
+        return self.context.report.notices
+
+    @property
+    def relisted_at(self) -> float | None:
+        """``context.report.relisted_at``."""
+        return self.context.report.relisted_at
+
+    @relisted_at.setter
+    def relisted_at(self, value: float | None) -> None:
+        self.context.report.relisted_at = value
+
+    @property
+    def waiting(self) -> list[tuple[str, float]]:
+        """``context.report.waiting``."""
+        return self.context.report.waiting
+
+    @waiting.setter
+    def waiting(self, value: list[tuple[str, float]]) -> None:
+        self.context.report.waiting = value
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """``context.retry``."""
+        return self.context.retry
+
+    @retry.setter
+    def retry(self, value: RetryPolicy) -> None:
+        self.context.retry = value
 
     @classmethod
     def resolve_config(cls, raw: dict[str, object], base_dir: Path | None) -> dict[str, object]:
