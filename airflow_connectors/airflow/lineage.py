@@ -356,14 +356,21 @@ def remember_ingest(task: Any, store: StateStore, batch: Batch) -> None:
     setattr(task, LINEAGE_ATTRIBUTE, facts)
 
 
-def remember_finished(task: Any, context: Any, store: StateStore, ref: ConnectorRef) -> None:
+def remember_finished(
+    task: Any,
+    context: Any,
+    store: StateStore,
+    ref: ConnectorRef,
+    find_discover: Callable[[], Any],
+) -> None:
     """Keep on the finished ``task`` the source, the table with the statistics of the
     batches this DAG run planned (the ids its discover task returned), and the
-    connector's asset. Never fails the task."""
+    connector's asset. ``find_discover`` returns the connector's discover task upstream
+    of ``task`` (None when there is none). Never fails the task."""
     if not openlineage_enabled():
         return
     try:
-        facts = _finished_lineage(task, context, store, ref)
+        facts = _finished_lineage(task, context, store, ref, find_discover())
     except Exception:
         log.warning("lineage of connector %s not reported", ref, exc_info=True)
         return
@@ -372,14 +379,13 @@ def remember_finished(task: Any, context: Any, store: StateStore, ref: Connector
 
 
 def _finished_lineage(
-    task: Any, context: Any, store: StateStore, ref: ConnectorRef
+    task: Any, context: Any, store: StateStore, ref: ConnectorRef, discover: Any
 ) -> TaskLineage | None:
     from airflow_connectors.airflow.connections import install_resolver
     from airflow_connectors.settings import Settings
     from airflow_connectors.spec.models import ConnectorSpec, TableSpec
 
     install_resolver()  # a postgres_conn_id of the source or the sink, through Airflow
-    discover = upstream_discover(task, ref)
     if discover is None:
         log.info("lineage: no discover task of %s upstream of %s", ref, task.task_id)
         return None
@@ -400,22 +406,6 @@ def _finished_lineage(
     facts = batch_lineage(store, ref.pipeline, table, connector, Settings.load().warehouse, batches)
     asset = connector_dataset(ref.pipeline, ref.table, ref.connector)
     return TaskLineage(facts.inputs, (*facts.outputs, asset))
-
-
-def upstream_discover(task: Any, ref: ConnectorRef) -> Any:
-    """The discover task of connector ``ref`` upstream of ``task`` (also inside a task
-    group, or beside other connectors in a user's DAG); None when there is none."""
-    from airflow_connectors.airflow.operators.connector import ConnectorDiscoverOperator
-
-    for up in task.get_flat_relatives(upstream=True):
-        if (
-            isinstance(up, ConnectorDiscoverOperator)
-            and up.pipeline == ref.pipeline
-            and up.table.get("name") == ref.table
-            and up.connector.get("name") == ref.connector
-        ):
-            return up
-    return None
 
 
 # --- OpenLineage objects ------------------------------------------------------------------

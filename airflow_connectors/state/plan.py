@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_connectors.spec.models import ConnectorSpec, TableSpec
-from airflow_connectors.state.records import ConnectorRef
+from airflow_connectors.state.refs import ConnectorRef
 from airflow_connectors.transports.base import WorkItem
 
 _ITEM_FIELDS = frozenset(f.name for f in dataclasses.fields(WorkItem))

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
+# Defined below the plan and the records, which both name connectors; re-exported.
+from airflow_connectors.state.refs import ConnectorRef as ConnectorRef
 
 if TYPE_CHECKING:
     from airflow_connectors.state.plan import BatchPlan
@@ -34,31 +35,6 @@ class ConnectorStatus(StrEnum):
     RUNNING = "RUNNING"
     FAILED = "FAILED"  # the last batch failed; its trace is the fatal error
     RESTARTING = "RESTARTING"  # until the next batch commits or fails
-
-
-@dataclass(frozen=True)
-class ConnectorRef:
-    """Names one connector in the store: pipeline, table and connector name."""
-
-    pipeline: str
-    table: str
-    connector: str
-
-    @property
-    def endpoint_name(self) -> str:
-        """``table.connector``, the name Feldera's API gives an input endpoint."""
-        return f"{self.table}.{self.connector}"
-
-    def __str__(self) -> str:
-        return f"{self.pipeline}.{self.table}.{self.connector}"
-
-    def where(self, t: sa.Table) -> sa.ColumnElement[bool]:
-        """The condition selecting this connector's rows of a state table."""
-        return sa.and_(
-            t.c.pipeline == self.pipeline,
-            t.c.table_name == self.table,
-            t.c.connector == self.connector,
-        )
 
 
 @dataclass(frozen=True)

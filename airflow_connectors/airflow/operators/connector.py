@@ -518,7 +518,7 @@ class ConnectorFinishedOperator(BaseOperator):
             with _state_store(Settings.load()) as store:
                 st = store.status(ref)
                 emit_partition_event(self, context, _metrics(st) if st else {})
-                remember_finished(self, context, store, ref)  # lineage of the slice's batches
+                remember_finished(self, context, store, ref, lambda: upstream_discover(self, ref))
             return
         with _state_store(Settings.load()) as store:
             claimed = store.claim_finished_signal(ref, context["run_id"])
@@ -537,7 +537,7 @@ class ConnectorFinishedOperator(BaseOperator):
         context["outlet_events"][self.asset].extra.update(_metrics(st))
         self.log.info("connector %s finished: asset event on %s", ref, self.asset.uri)
         with _state_store(Settings.load()) as store:
-            remember_finished(self, context, store, ref)
+            remember_finished(self, context, store, ref, lambda: upstream_discover(self, ref))
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage: the source, the table with the rows and source bytes of the
@@ -545,6 +545,20 @@ class ConnectorFinishedOperator(BaseOperator):
         from airflow_connectors.airflow.lineage import operator_lineage
 
         return operator_lineage(self)
+
+
+def upstream_discover(task: Any, ref: ConnectorRef) -> Any:
+    """The discover task of connector ``ref`` upstream of ``task`` (also inside a task
+    group, or beside other connectors in a user's DAG); None when there is none."""
+    for up in task.get_flat_relatives(upstream=True):
+        if (
+            isinstance(up, ConnectorDiscoverOperator)
+            and up.pipeline == ref.pipeline
+            and up.table.get("name") == ref.table
+            and up.connector.get("name") == ref.connector
+        ):
+            return up
+    return None
 
 
 def _metrics(st: Any) -> dict[str, Any]:
