@@ -4,6 +4,9 @@
   party's registered by entry point) runs it by subclassing
   :class:`~airflow_connectors.testing.conformance.TransportConformance` and giving a
   ``source`` fixture; see that module.
+- :mod:`.sink_kit`: the sink conformance suite (crashes at every fail point, concurrent
+  publishers, a polling reader, an added column). A sink runs it by subclassing
+  :class:`~airflow_connectors.testing.sink_kit.SinkConformance`; see that module.
 - :mod:`.jobs`: the ingest job as its own process, SIGKILLed at a named fail point (the
   crash checks of the exactly-once protocol).
 - :mod:`.standalone`: embedded ``airflow standalone`` for the quickstart and the

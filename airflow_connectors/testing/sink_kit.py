@@ -1,0 +1,561 @@
+"""The sink conformance kit: one pytest suite every sink runs.
+
+The transport kit (:mod:`.conformance`) proves a source; this proves a table. A sink,
+built in or a third party's (registered in the entry-point group ``airflow_connectors.sinks``),
+subclasses :class:`SinkConformance` once, names the sink and its own fail points, and says
+where its tables go::
+
+    import pytest
+    from airflow_connectors.testing.sink_kit import SinkConformance
+
+    class TestMySink(SinkConformance):
+        sink_name = "my_sink"
+        #: Fail points the sink passes while publishing (see airflow_connectors.failpoints).
+        sink_fail_points = ("my_sink_committed",)
+        #: Of those, the ones at which a reader already sees the whole batch.
+        whole_at = ("my_sink_committed",)
+
+        @pytest.fixture(scope="class")
+        @classmethod
+        def warehouse_url(cls, tmp_path_factory):
+            return str(tmp_path_factory.mktemp("wh"))  # or "s3://bucket/wh", "gs://..."
+
+The subclassing interface (stable: other sinks and warehouses subclass it):
+
+- ``sink_name`` (required): the registered sink.
+- ``sink_fail_points``: the sink's own fail points, in the order a batch passes them; the
+  kit kills a job at each of them after the engine's (:data:`ENGINE_FAIL_POINTS`).
+- ``whole_at``: those of ``sink_fail_points`` after the sink's commit (the batch is
+  visible whole); at the others a killed publish may show part of the batch only when
+  ``atomic_publish`` is False.
+- ``atomic_publish`` (default True): whether a reader sees a batch all at once. False for
+  a sink that moves a batch's parts in one by one (the Parquet folder): the polling check
+  then only asks that no row is seen twice and every row lands.
+- ``spark_master`` (default ``local[1]``): the Spark master of the killed jobs.
+The three fixtures below are class-scoped and, as pytest wants of class-scoped fixtures
+on a class, class methods (``@pytest.fixture(scope="class")`` above ``@classmethod``);
+they may use session fixtures (``s3_server``), not function ones (``tmp_path``).
+
+- fixture ``warehouse_url`` (class scope; default a temporary folder): the warehouse,
+  a folder or a URL (``s3://bucket/prefix``, ``gs://...``, an Azure URL); each case of
+  the kit writes its table under its own folder of it (:func:`airflow_connectors.sinks._fs.join`).
+- fixture ``storage_env`` (class scope; default none): environment variables this
+  process and the killed jobs need to reach the warehouse (``AWS_*`` for an S3 server,
+  the emulator's endpoint); set for the class's tests, then restored.
+- fixture ``sink_config`` (class scope): a function ``case -> dict``, the sink's config
+  for the table of one case (``case`` is a short name, unique in the class): a sink whose
+  tables live outside the warehouse (PostgreSQL) gives each case its own schema or table.
+  Default: ``{}`` for every case.
+- hook :meth:`SinkConformance.check_landed`: sink-specific checks once a case's batches
+  landed (one commit per batch, nothing staged left...). Default: none.
+- a session fixture ``spark`` (a ``SparkSession``) must exist (this repository's
+  ``tests/conftest.py`` has one): the runs after a kill use it, as a retry would.
+
+What the suite checks, driving the real engine (:func:`~airflow_connectors.engine.batch.run_batch`),
+the real sink, real Spark (the ingest job ``python -m airflow_connectors.engine.job`` in a
+process of its own) and a state store in SQLite; the table is read as a reader sees it,
+through :meth:`Sink.read <airflow_connectors.sinks.base.Sink.read>`:
+
+- ``test_kill_at_fail_point_then_next_run`` (one per fail point): a batch of three JSON
+  files and a bad line (``errors.tolerance: all``) whose job is SIGKILLed at the point;
+  a reader then sees none of the batch (before the sink's commit) or all of it
+  (``whole_at``); the killed job's retry and the connector's next run leave the exact
+  table: every row once, the one dead letter once.
+- ``test_concurrent_publishers_land_the_batch_once``: a job killed right after the state
+  store committed the batch; four retries publish it at the same moment from threads, then
+  one more: the exact table.
+- ``test_polling_reader_sees_whole_batches_only``: a job ingests three batches (two files
+  each, a part per write) while this process reads the table over and over: every read
+  holds each batch whole or not at all; the last one all of them.
+- ``test_added_nullable_column_lands``: a first batch lands, then the source gains a field
+  (``schema_evolution: add_new_columns``) and the job of the second batch is killed after
+  it was staged again with the new column (``after_widened_write``); after the next run
+  the table has the column, null in the first batch's rows.
+
+Every killed job of a class is started at once (a JVM start is what costs) by one
+class-scoped fixture; the tests then look at their own case. Only tests import this module
+(it imports pytest); importing ``airflow_connectors`` never loads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pytest
+
+from airflow_connectors.catalog import parse_pipeline
+from airflow_connectors.engine.batch import run_batch
+from airflow_connectors.engine.context import BatchContext
+from airflow_connectors.engine.discovery import context, discover
+from airflow_connectors.sinks import Sink, _fs
+from airflow_connectors.spec import PipelineSpec
+from airflow_connectors.state.store import BatchStatus, StateStore
+from airflow_connectors.testing import jobs
+from airflow_connectors.testing.conformance import assert_same_records
+
+#: The engine's fail points of a batch, in order (:mod:`airflow_connectors.failpoints`);
+#: a sink's own come after them (``SinkConformance.sink_fail_points``).
+ENGINE_FAIL_POINTS = ("before_sink_write", "sink_write_started", "after_sink_write", "after_commit")
+PIPELINE = "kit"
+TABLE = "events"
+CONNECTOR = "files"
+COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE"}
+#: The crash cases' batch: FILES files of ROWS rows, and one bad line.
+FILES, ROWS = 3, 1_000
+BAD_FILE = "zz-bad.json"
+BAD_LINE = '{"id": 99999, "name": "bad", "amount": "not a number"}'
+#: Seconds a killed job may take to reach its fail point (every job of a class starts
+#: at once on a shared machine).
+REACH_TIMEOUT = 600
+
+
+def records(first: int, n: int, **extra: Any) -> list[dict[str, Any]]:
+    """Rows ``first .. first + n - 1`` of the source (and ``extra`` fields in each)."""
+    return [
+        {"id": i, "name": f"name-{i}-{'x' * (i % 13)}", "amount": i / 4, **extra}
+        for i in range(first, first + n)
+    ]
+
+
+def write_file(folder: Path, name: str, rows: list[dict[str, Any]]) -> None:
+    """One JSON-lines file of ``rows``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def expected(rows: list[dict[str, Any]], columns: dict[str, pa.DataType] | None = None) -> pa.Table:
+    """``rows`` as the table holds them."""
+    fields = {"id": pa.int64(), "name": pa.string(), "amount": pa.float64(), **(columns or {})}
+    return pa.Table.from_pylist(rows, schema=pa.schema(list(fields.items())))
+
+
+def no_spark() -> Any:
+    """The Spark session of a run that must not need one."""
+    raise AssertionError("a committed batch asked for Spark")
+
+
+@dataclass
+class SinkCase:
+    """One connector of the kit with its own state store, table and planned batches."""
+
+    name: str
+    root: Path
+    spec: PipelineSpec
+    warehouse: str
+    store_url: str
+    batch_ids: list[int] = field(default_factory=list)
+    #: Batch id -> the source files its plan reads.
+    files: dict[int, list[str]] = field(default_factory=dict)
+    #: The rows a reader saw right after the kill.
+    seen_at_kill: pa.Table | None = None
+
+    @property
+    def ctx(self) -> BatchContext:
+        """The connector's batch context."""
+        table = self.spec.tables[0]
+        return context(self.spec, table, table.connectors[0], self.warehouse)
+
+    @property
+    def marks(self) -> Path:
+        """Where the job leaves a marker per fail point it passed."""
+        path = self.root / "marks"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def sink(self) -> Sink:
+        """The table's sink as the engine builds it on the driver."""
+        sink = self.ctx.sink()
+        sink.state_store_url = self.store_url
+        return sink
+
+    def read(self, kind: Any = "rows") -> pa.Table:
+        """What a reader of the table (or of its dead letters) sees now."""
+        data = self.sink().read(kind)
+        return pa.table({}) if data is None else data
+
+    @contextlib.contextmanager
+    def store(self) -> Iterator[StateStore]:
+        """The case's state store, closed when the block ends."""
+        store = StateStore(self.store_url)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def plan(self) -> list[int]:
+        """Discovers the source: the batches planned now (pending ones first)."""
+        with self.store() as store:
+            found = discover(store, self.ctx)
+            self.batch_ids = found.batch_ids
+            self.files = {
+                b: [Path(i.key).name for i in store.load_batch(b).plan.items]
+                for b in found.batch_ids
+            }
+        return self.batch_ids
+
+    def start(self, point: str = "", spark_master: str = "local[1]") -> subprocess.Popen[bytes]:
+        """The ingest job of the planned batches, stopping at ``point`` (none: to the end)."""
+        return jobs.start_job(
+            self.batch_ids, self.store_url, self.marks, point, spark_master=spark_master
+        )
+
+    def next_run(self, spark: Any) -> None:
+        """The killed job's retry (publishes a committed batch without Spark), then the
+        connector's next run (discovery rolls publishes forward, pending batches run)."""
+        with self.store() as store:
+            for b in self.batch_ids:
+                if store.load_batch(b).status == BatchStatus.COMMITTED:
+                    assert not run_batch(store, b, no_spark).committed
+            found = discover(store, self.ctx)
+            assert found.new_items == 0, f"{self.name}: the next run planned the source again"
+            for b in found.batch_ids:
+                assert run_batch(store, b, lambda: spark).committed, f"{self.name}: batch {b}"
+            ref = self.ctx.ref
+            assert store.pending_batches(ref) == [], self.name
+            assert store.unpublished_batches(ref) == [], self.name
+
+
+class SinkConformance:
+    """Subclass once per sink (and per warehouse): see the module docstring."""
+
+    sink_name: ClassVar[str]
+    sink_fail_points: ClassVar[tuple[str, ...]] = ()
+    whole_at: ClassVar[tuple[str, ...]] = ()
+    atomic_publish: ClassVar[bool] = True
+    spark_master: ClassVar[str] = "local[1]"
+
+    # --- what a subclass may override ---------------------------------------------------
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def warehouse_url(cls, tmp_path_factory: pytest.TempPathFactory) -> str:
+        """The warehouse the class's tables go under."""
+        return str(tmp_path_factory.mktemp("sink-kit-warehouse"))
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def storage_env(cls) -> dict[str, str]:
+        """Environment variables needed to reach the warehouse."""
+        return {}
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sink_config(cls) -> Callable[[str], dict[str, Any]]:
+        """The sink config of one case's table."""
+        return lambda case: {}
+
+    def check_landed(self, case: SinkCase) -> None:
+        """Sink-specific checks once every batch of ``case`` landed."""
+
+    # --- the kit ----------------------------------------------------------------------
+
+    @classmethod
+    def fail_points(cls) -> tuple[str, ...]:
+        """Every point the crash check kills a job at."""
+        return (*ENGINE_FAIL_POINTS, *cls.sink_fail_points)
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """One crash test per fail point of this sink."""
+        if "fail_point" in metafunc.fixturenames:
+            metafunc.parametrize("fail_point", self.fail_points())
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def kit_env(cls, storage_env: dict[str, str]) -> Iterator[None]:
+        """``storage_env`` set for the class's tests (and the jobs they start)."""
+        with pytest.MonkeyPatch.context() as mp:
+            for name, value in storage_env.items():
+                mp.setenv(name, value)
+            yield
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def kit_source(cls, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pa.Table]:
+        """The crash cases' source: FILES files of ROWS rows and a file with a bad line."""
+        folder = tmp_path_factory.mktemp("sink-kit-source")
+        rows: list[dict[str, Any]] = []
+        for f in range(FILES):
+            part = records(f * ROWS, ROWS)
+            write_file(folder, f"part-{f:03d}.json", part)
+            rows += part
+        (folder / BAD_FILE).write_text(BAD_LINE + "\n")
+        return folder, expected(rows)
+
+    @classmethod
+    def new_case(
+        cls,
+        name: str,
+        root: Path,
+        source: Path,
+        warehouse_url: str,
+        sink_config: Callable[[str], dict[str, Any]],
+        *,
+        sink: dict[str, Any] | None = None,
+        **table: Any,
+    ) -> SinkCase:
+        """A case: its connector reads ``source`` into a table of this sink."""
+        root.mkdir(parents=True, exist_ok=True)
+        connector = {
+            "name": CONNECTOR,
+            "tasks_max": table.pop("tasks_max", 1),
+            "errors": {"tolerance": "all"},
+            "transport": {"name": "file_input", "config": {"path": str(source), "min_file_age": 0}},
+            "format": {"name": "json", "config": {"update_format": "raw"}},
+        }
+        doc = {
+            "pipeline": PIPELINE,
+            "tables": {
+                TABLE: {
+                    "columns": COLUMNS,
+                    "sink": {
+                        "name": cls.sink_name,
+                        "config": {**sink_config(name), **(sink or {})},
+                    },
+                    "connectors": [connector],
+                    **table,
+                }
+            },
+        }
+        return SinkCase(
+            name=name,
+            root=root,
+            spec=parse_pipeline(doc),
+            warehouse=_fs.join(warehouse_url, name),
+            store_url=f"sqlite:///{root / 'state.db'}",
+        )
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def killed(
+        cls,
+        kit_env: None,
+        kit_source: tuple[Path, pa.Table],
+        warehouse_url: str,
+        sink_config: Callable[[str], dict[str, Any]],
+        spark: Any,
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> dict[str, SinkCase]:
+        """Every killed job of the class, started at once: one per fail point, one killed
+        after the commit for the concurrent publishers, one killed after an evolving
+        batch was staged again with its new column. Each is SIGKILLed at its point and
+        the table read right then."""
+        base = tmp_path_factory.mktemp("sink-kit")
+        folder = kit_source[0]
+        cases = {
+            p: cls.new_case(p, base / p, folder, warehouse_url, sink_config)
+            for p in cls.fail_points()
+        }
+        cases["concurrent"] = cls.new_case(
+            "concurrent", base / "concurrent", folder, warehouse_url, sink_config
+        )
+        cases["after_widened_write"] = cls.evolving_case(
+            base / "evolving", warehouse_url, sink_config, spark
+        )
+        points = {name: name for name in cls.fail_points()}
+        points |= {"concurrent": "after_commit", "after_widened_write": "after_widened_write"}
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        try:
+            for name, case in cases.items():
+                (batch,) = case.plan()
+                assert batch, name
+                procs[name] = case.start(points[name], cls.spark_master)
+            for name, proc in procs.items():
+                jobs.wait_for(cases[name].marks / points[name], proc, timeout=REACH_TIMEOUT)
+                jobs.kill(proc)
+                cases[name].seen_at_kill = cases[name].read()
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    jobs.kill(proc)
+        return cases
+
+    @classmethod
+    def evolving_case(
+        cls,
+        root: Path,
+        warehouse_url: str,
+        sink_config: Callable[[str], dict[str, Any]],
+        spark: Any,
+    ) -> SinkCase:
+        """A case whose first batch landed (in this process) and whose source then
+        gained the nullable field ``note``: its next batch widens the table."""
+        source = root / "source"
+        write_file(source, "a.json", records(0, 100))
+        case = cls.new_case(
+            "evolving",
+            root,
+            source,
+            warehouse_url,
+            sink_config,
+            schema_evolution="add_new_columns",
+        )
+        case.plan()
+        case.next_run(spark)
+        write_file(source, "b.json", records(100, 100, note="new"))
+        return case
+
+    # --- the checks ---------------------------------------------------------------------
+
+    def assert_exact(self, case: SinkCase, rows: pa.Table, *, bad: int = 1) -> None:
+        """The table holds exactly ``rows`` (each once) and ``bad`` dead letters of the
+        bad line; the sink's own checks pass."""
+        assert_same_records(case.read(), rows, "id", f"{self.sink_name} table ({case.name})")
+        if bad:
+            dead = case.read("errors")
+            assert dead.num_rows == bad, (
+                f"{case.name}: {dead.num_rows} dead letters, expected {bad}"
+            )
+            assert dead.column("raw_text").to_pylist() == [BAD_LINE] * bad, case.name
+            assert all(k.endswith(BAD_FILE) for k in dead.column("source_key").to_pylist())
+        self.check_landed(case)
+
+    def test_kill_at_fail_point_then_next_run(
+        self,
+        killed: dict[str, SinkCase],
+        kit_source: tuple[Path, pa.Table],
+        spark: Any,
+        fail_point: str,
+    ) -> None:
+        """A job SIGKILLed at ``fail_point``: a reader saw none of the batch (all of it
+        past the sink's commit); the retry and the next run leave the exact table."""
+        case, rows = killed[fail_point], kit_source[1]
+        seen = case.seen_at_kill
+        assert seen is not None
+        what = f"{self.sink_name}: a reader right after the kill at {fail_point}"
+        if fail_point in self.whole_at:
+            assert_same_records(seen, rows, "id", what)
+        elif fail_point in ENGINE_FAIL_POINTS or self.atomic_publish:
+            assert seen.num_rows == 0, f"{what} saw {seen.num_rows} rows of the batch"
+        else:  # a publish moving parts in one by one: some parts, each row once
+            assert_same_records(seen, rows, "id", what, part=True)
+        case.next_run(spark)
+        self.assert_exact(case, rows)
+
+    def test_concurrent_publishers_land_the_batch_once(
+        self, killed: dict[str, SinkCase], kit_source: tuple[Path, pa.Table], spark: Any
+    ) -> None:
+        """Four retries of a committed batch publish it at once, then one more: the
+        batch lands once."""
+        case = killed["concurrent"]
+        (batch,) = case.batch_ids
+        with case.store() as store:
+            assert store.load_batch(batch).status == BatchStatus.COMMITTED
+        start = threading.Barrier(4)
+        errors: list[BaseException] = []
+
+        def publish() -> None:
+            try:
+                with case.store() as store:
+                    start.wait()
+                    assert not run_batch(store, batch, no_spark).committed
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=publish) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], f"{self.sink_name}: concurrent publishers failed: {errors[0]!r}"
+        case.next_run(spark)  # one more retry, then the connector's next run
+        self.assert_exact(case, kit_source[1])
+
+    def test_polling_reader_sees_whole_batches_only(
+        self,
+        kit_env: None,
+        warehouse_url: str,
+        sink_config: Callable[[str], dict[str, Any]],
+        tmp_path: Path,
+    ) -> None:
+        """A reader polling the table while a job lands three batches sees each batch
+        whole or not at all (``atomic_publish``), never a row twice, and at last all."""
+        source, rows = tmp_path / "source", 500
+        for f in range(6):
+            write_file(source, f"part-{f:03d}.json", records(f * rows, rows))
+        (source / BAD_FILE).write_text(BAD_LINE + "\n")
+        # A part per write (target size of one byte): a batch is several parts, so a
+        # publish that showed part of it would be caught.
+        case = self.new_case(
+            f"poll-{tmp_path.name}",
+            tmp_path / "case",
+            source,
+            warehouse_url,
+            sink_config,
+            sink={"target_file_size": 1},
+            tasks_max=3,
+        )
+        case.plan()
+        assert len(case.batch_ids) == 3, case.files
+        ids_of = {
+            b: {
+                i
+                for name in names
+                if name != BAD_FILE
+                for i in range(int(name[5:8]) * rows, (int(name[5:8]) + 1) * rows)
+            }
+            for b, names in case.files.items()
+        }
+        proc = case.start(spark_master=self.spark_master)
+        out: list[bytes] = []  # drained meanwhile, so the job never blocks on a full pipe
+        drain = threading.Thread(target=lambda: out.append(proc.communicate()[0] or b""))
+        drain.start()
+        seen: list[int] = []
+        problems: list[str] = []
+        try:
+            while True:
+                done = proc.poll() is not None
+                try:
+                    ids = case.read().to_pydict().get("id", [])
+                except (OSError, ValueError) as e:  # a table being created
+                    if done:
+                        problems.append(f"read failed: {e}")
+                        break
+                    time.sleep(0.05)
+                    continue
+                if len(ids) != len(set(ids)):
+                    problems.append(f"{len(ids) - len(set(ids))} rows seen twice")
+                if self.atomic_publish:
+                    got = set(ids)
+                    for b, want in ids_of.items():
+                        if len(want & got) not in (0, len(want)):
+                            problems.append(f"batch {b}: {len(want & got)} of {len(want)} rows")
+                seen.append(len(ids))
+                if done or problems:
+                    break
+                time.sleep(0.05)
+        finally:
+            if proc.poll() is None:
+                jobs.kill(proc)
+            drain.join()
+        assert proc.returncode == 0, b"".join(out).decode(errors="replace")[-3000:]
+        assert problems == [], f"{self.sink_name}: a polling reader saw {problems[:5]}"
+        assert seen and seen[-1] == 6 * rows
+        self.assert_exact(case, expected(records(0, 6 * rows)))
+
+    def test_added_nullable_column_lands(self, killed: dict[str, SinkCase], spark: Any) -> None:
+        """A batch that brought a new field, killed after it was staged again with the
+        new column: the next run lands it, the column null in earlier rows."""
+        case = killed["after_widened_write"]
+        seen = case.seen_at_kill
+        assert seen is not None
+        assert_same_records(seen, expected(records(0, 100)), "id", "before the widened batch")
+        case.next_run(spark)
+        data = case.read()
+        assert "note" in data.column_names, f"{self.sink_name}: columns {data.column_names}"
+        rows = [{**r, "note": None} for r in records(0, 100)] + records(100, 100, note="new")
+        assert_same_records(
+            data.select(["id", "name", "amount", "note"]),
+            expected(rows, {"note": pa.string()}),
+            "id",
+            f"{self.sink_name} table after the column was added",
+        )
+        self.check_landed(case)
