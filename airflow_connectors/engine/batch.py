@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_connectors import failpoints
+from airflow_connectors.engine.answer import ItemFailure, TaskAnswer
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.engine.evolution import (
     BatchSchema,
@@ -45,7 +46,7 @@ from airflow_connectors.engine.evolution import (
     store_version,
     widen,
 )
-from airflow_connectors.engine.reader import ItemFailure, ingest_partition
+from airflow_connectors.engine.reader import ingest_partition
 from airflow_connectors.engine.spark import share_aws_environment
 from airflow_connectors.sinks.base import Sink, SinkUnwritable
 from airflow_connectors.spec.models import TableSpec
@@ -155,7 +156,7 @@ class _Written:
     """A batch attempt whose parts are staged: its sink and the tasks' answers."""
 
     sink: Sink
-    results: list[dict[str, Any]]
+    results: list[TaskAnswer]
 
 
 @dataclass
@@ -201,7 +202,7 @@ def _write(
         message, kind = _failure(exc, ctx, batch_id)
         return _fail(store, ctx, sink, message, kind, exc)
     failpoints.reach("after_sink_write")
-    results = sorted((json.loads(r) for r in rows), key=lambda d: d["part"])
+    results = sorted((TaskAnswer.from_json(r) for r in rows), key=lambda a: a.part)
     failures = _failures(results, items, f"connector {ctx.ref}: batch {batch_id}")
     if failures:
         for f in failures:
@@ -260,10 +261,10 @@ def _commit(
     batch_id, sink = ctx.batch_id, written.sink
     receipts: list[ItemReceipt] = []
     errors: list[ErrorRecord] = []
-    for data in written.results:
-        receipts.append(ItemReceipt(**data["receipt"]))
-        for e in data["errors"]:
-            error = ErrorRecord(**e)
+    for answer in written.results:
+        assert answer.receipt is not None  # a batch with failures is not written
+        receipts.append(answer.receipt)
+        for error in answer.errors:
             if error.kind == "transport":  # an unreadable object skipped (tolerance: all)
                 error = ErrorRecord(error.kind, _masked(error.message, ctx), error.source_key)
                 log.warning("%s", error.message)
@@ -315,11 +316,11 @@ def _commit(
 
 
 def _failures(
-    results: list[dict[str, Any]], items: Sequence[WorkItem], where: str
+    results: list[TaskAnswer], items: Sequence[WorkItem], where: str
 ) -> list[ItemFailure]:
     """The items' failures in plan order; an item no task answered for is one too."""
-    failures = [ItemFailure(**d["failure"]) for d in results if "failure" in d]
-    answered = {d["part"] for d in results}
+    failures = [a.failure for a in results if a.failure is not None]
+    answered = {a.part for a in results}
     lost = [item.key for n, item in enumerate(items) if n not in answered]
     if lost and not failures:
         failures.append(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_connectors.spec.models import RESCUED_DATA, ColumnSpec, TableSpec
 from airflow_connectors.spec.types import SqlType, parse_type
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import sqlalchemy as sa
 
+    from airflow_connectors.engine.answer import TaskAnswer
     from airflow_connectors.state.store import StateStore
 
 _NUMERIC = ("TINYINT", "SMALLINT", "INT", "BIGINT", "REAL", "DOUBLE")
@@ -94,14 +95,13 @@ def item_fields(seen: Mapping[str, list[pa.DataType]]) -> dict[str, list[str]]:
     return out
 
 
-def new_fields(results: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[str, str]]]:
+def new_fields(results: Iterable[TaskAnswer]) -> dict[str, list[tuple[str, str]]]:
     """The new fields the tasks reported, in plan order (``results`` sorted by part):
     name -> [(SQL type text, object key)] per object that held it."""
     found: dict[str, list[tuple[str, str]]] = {}
     for r in results:
-        key = str(r.get("receipt", {}).get("key", ""))
-        for name, types in (r.get("new_fields") or {}).items():
-            found.setdefault(name, []).extend((t, key) for t in types)
+        for name, types in r.new_fields.items():
+            found.setdefault(name, []).extend((t, r.key) for t in types)
     return found
 
 

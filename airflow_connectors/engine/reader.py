@@ -38,9 +38,10 @@ import os
 import socket
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+from airflow_connectors.engine.answer import ItemFailure, Stage, TaskAnswer
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.formats.base import Decoded, NewFields, RecordError, conform
 from airflow_connectors.sinks.base import Kind, PartWriter, SinkConfig, SinkUnwritable
@@ -65,28 +66,9 @@ ITEM_BUFFER_BYTES = 16 << 20
 #: A part's size when the sink's config has no ``target_file_size``.
 DEFAULT_TARGET_BYTES = 128 << 20
 
-Stage = Literal["object", "source", "sink", "parse", "internal"]
-
 
 class RecordRejected(ValueError):
     """A bad record with ``errors.tolerance: none``: the batch fails, nothing commits."""
-
-
-@dataclass(frozen=True)
-class ItemFailure:
-    """Why a work item could not be ingested: plain strings, so it crosses from the
-    Spark worker to the driver as JSON (no pickled exception, no Py4J trace)."""
-
-    stage: Stage
-    key: str
-    #: One line for users: connector, object, cause and what to do.
-    message: str
-    #: The worker's Python trace, for DEBUG logs only.
-    trace: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        """The failure as a dict; a Spark task sends it to the driver this way."""
-        return asdict(self)
 
 
 class ItemFailed(Exception):
@@ -686,7 +668,7 @@ class _ItemIngest:
     def _write_dead_letters(self, errors: list[RecordError]) -> None:
         import pyarrow as pa
 
-        from airflow_connectors.sinks.parquet import errors_schema
+        from airflow_connectors.sinks.base import errors_schema
 
         ctx, item = self.ctx, self.item
         if self.dead is None:
@@ -840,10 +822,11 @@ def ingest_partition(plan: str, tasks: int, task: int, groups: Iterator[str]) ->
     """Spark task body (``rdd.mapPartitionsWithIndex``): task ``task`` of ``tasks``
     ingests its group of work items (each element of ``groups``: a JSON list of ``[index
     in the plan, work item]``) of the batch ``plan`` describes (:meth:`BatchPlan.to_json`;
-    its own items are not read) and returns, per item, its receipt or its
-    :class:`ItemFailure` as one JSON string ``{"part": index, ...}``. Never raises for bad
-    input: the driver turns a failure into one line. Module-level so Spark's Python
-    workers import it by reference."""
+    its own items are not read) and returns, per item, its
+    :class:`~airflow_connectors.engine.answer.TaskAnswer` (its receipt or its
+    :class:`ItemFailure`) as one JSON string. Never raises for bad input: the driver
+    turns a failure into one line. Module-level so Spark's Python workers import it by
+    reference."""
     import json
 
     data = json.loads(plan)
@@ -855,39 +838,29 @@ def ingest_partition(plan: str, tasks: int, task: int, groups: Iterator[str]) ->
         runner = _Task(ctx, task, tasks)
     except Exception as e:  # a bug, not bad input: still one line, the trace for DEBUG
         for index, raw in entries:
-            yield _internal(index, raw["key"], f"batch {data['batch_id']}", e)
+            yield _internal(index, raw["key"], f"batch {data['batch_id']}", e).to_json()
         return
-    results: list[str] = []
+    results: list[TaskAnswer] = []
     for index, raw in entries:
         where = f"connector {ctx.ref}: batch {ctx.batch_id} failed on {raw['key']}"
         try:
             outcome = runner.ingest(WorkItem.from_json(raw))
         except ItemFailed as e:
-            results.append(json.dumps({"part": index, "failure": e.failure.to_json()}))
+            results.append(TaskAnswer(index, failure=e.failure))
         except Exception as e:
             results.append(_internal(index, raw["key"], where, e))
         else:
-            results.append(
-                json.dumps(
-                    {
-                        "part": index,
-                        "receipt": outcome.receipt.to_json(),
-                        "errors": [e.__dict__ for e in outcome.errors],
-                        **({"new_fields": outcome.new_fields} if outcome.new_fields else {}),
-                    }
-                )
-            )
+            new_fields = {k: tuple(v) for k, v in outcome.new_fields.items()}
+            results.append(TaskAnswer(index, outcome.receipt, tuple(outcome.errors), new_fields))
     failure = runner.close()
     if failure is not None:  # the task's parts could not be written
-        results.append(json.dumps({"part": entries[-1][0], "failure": failure.to_json()}))
-    yield from results
+        results.append(TaskAnswer(entries[-1][0], failure=failure))
+    yield from (r.to_json() for r in results)
 
 
-def _internal(index: int, key: str, where: str, e: BaseException) -> str:
-    """An internal failure (a bug, not bad input) of item ``index`` as the task's JSON
+def _internal(index: int, key: str, where: str, e: BaseException) -> TaskAnswer:
+    """An internal failure (a bug, not bad input) of item ``index`` as the task's
     answer: one line, the trace for DEBUG logs."""
-    import json
-
     failure = ItemFailure(
         "internal",
         key,
@@ -895,4 +868,4 @@ def _internal(index: int, key: str, where: str, e: BaseException) -> str:
         "logged at DEBUG level)",
         "".join(traceback.format_exception(e)),
     )
-    return json.dumps({"part": index, "failure": failure.to_json()})
+    return TaskAnswer(index, failure=failure)
