@@ -186,6 +186,23 @@ def s3_bucket(s3_server: Any) -> str:
 
 
 @pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Azurite's Blob service on 127.0.0.1 for the whole session, in memory (see
+    :mod:`airflow_connectors.testing.azurite`: npm installs it outside the repository on
+    first use); tests create containers of their own."""
+    from airflow_connectors.testing.azurite import Azurite
+
+    with Azurite(log=tmp_path_factory.mktemp("azurite") / "azurite.log") as server:
+        yield server
+
+
+@pytest.fixture
+def azure_container(azurite: Any) -> str:
+    """A fresh, empty container on the session's Azurite."""
+    return azurite.create_container(f"t-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real Kafka broker (KRaft, from Maven Central's jars; see
     :mod:`airflow_connectors.testing.kafka`) for the whole session (``.bootstrap_servers``,

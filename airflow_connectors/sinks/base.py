@@ -4,6 +4,7 @@ is committed. Re-running a batch replaces its staged output, never duplicates it
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
@@ -62,6 +63,9 @@ class Sink(ABC):
 
     name: ClassVar[str]
     Config: ClassVar[type[StrictConfig]]
+    #: Config fields that name an Airflow connection, with the connection type as the
+    #: Airflow UI names it (``{"postgres_conn_id": "Postgres"}``), as for transports.
+    connection_fields: ClassVar[Mapping[str, str]] = {}
     #: The connector whose batch this sink writes: set by the engine on a batch's sink
     #: (None on a sink built only to read the table). Sinks that record batches in the
     #: table itself (Delta's app transactions) key them by it.

@@ -42,14 +42,14 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
 from airflow_connectors import failpoints
+from airflow_connectors.connections import postgres as _pg
 from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkConfig, SinkUnwritable
-from airflow_connectors.transports import _postgres as _pg
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -286,6 +286,7 @@ class PostgresSink(Sink):
     name = "postgres"
     Config = PostgresSinkConfig
     config: PostgresSinkConfig
+    connection_fields: ClassVar[Mapping[str, str]] = {"postgres_conn_id": _pg.KIND}
 
     # -- names and connections -----------------------------------------------------------
 

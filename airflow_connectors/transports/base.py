@@ -232,6 +232,10 @@ class Transport(ABC):
     #: bytes, also when the transport yields bytes for a format: a read item commits at
     #: its ``end`` (it is always read whole), not at the bytes the format consumed.
     record_offsets: ClassVar[bool] = False
+    #: Config fields that name an Airflow connection, with the connection type to create
+    #: as the Airflow UI names it (``{"aws_conn_id": "Amazon Web Services"}``): the
+    #: Airflow integration exports, checks and explains exactly these.
+    connection_fields: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, config: StrictConfig, table: TableSpec) -> None:
         self.config = config
