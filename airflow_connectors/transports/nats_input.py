@@ -2,27 +2,11 @@
 
 Feldera's ``nats_input`` reads a stream through a consumer and never ends; here a batch
 is a **range of stream sequence numbers**, so a re-run after a crash re-reads exactly
-that range and the table stays exact.
-
-How the range maps onto the contract (:mod:`.base`):
-
-- A work item's ``key`` is ``<stream>@<first>-<last>`` (``<stream>/<filter>@...`` with a
-  subject filter), the first and last sequence of the range zero-padded to 20 digits so
-  keys sort in sequence order; ``start``/``end`` are sequences (``end`` exclusive),
-  ``records`` the range's length (an upper bound: deleted messages and messages of other
-  subjects are not records). The transport sets :attr:`Transport.record_offsets`: a read
-  range commits at its ``end``, whatever the format consumed.
-- Each planned range has its own key because batches of one discovery commit in any
-  order (Airflow runs them side by side) and a key has one offsets row: one key for the
-  whole stream would let an earlier range's late commit move the offset back. Ranges
-  carry ``MTIME`` 0 and every discovery is a complete listing, so committed rows below
-  the watermark collapse: every sequence up to the watermark key's last one is
-  committed, and state stays O(ranges in flight).
-- Discovery plans the sequences from the first one that is neither committed, in flight
-  nor planned, up to the stream's last sequence (without ``follow``: the last sequence
-  the first discovery that planned anything saw, kept in each range's ``meta`` as
-  ``last_seq`` so the bound does not move), in ranges of at most the connector's
-  ``max_batch_size`` (and :data:`ITEM_MESSAGES`) messages, ``tasks_max`` batches at a time.
+that range and the table stays exact. The stream is a sequence source
+(:mod:`.sequence`) of one partition, keyed ``<stream>@seq`` (``<stream>/<filter>@seq``
+with a subject filter): the framework plans the ranges, keeps the committed sequence,
+reports removed messages and fixes the end of a bounded read; this module lists the
+stream's bounds, reads a range and acknowledges.
 
 Reading a range creates an ephemeral pull consumer (no acks, memory storage) that starts
 at the range's first sequence, with the subject filter, and fetches until a message at
@@ -31,18 +15,14 @@ sequences are skipped and never waited for. Each message's payload, followed by 
 end unless it ends with one, is what ``read`` yields: one message is one or more
 records of a line-oriented format (JSON objects, CSV lines without a header, raw lines);
 whole-object formats (Parquet, Avro, a JSON array) cannot be split into messages.
+A range's ``records`` is its length, an upper bound: deleted messages and messages of
+other subjects are not records.
 
 Acknowledgement after the commit: every discovery (which runs after commits, and in the
 connector's finalize step) moves the connector's durable pull consumer up to the
 committed sequence, delivering it the committed messages as headers only and acking the
 last one (ack policy ``all``). NATS tools then show the connector's backlog as the
 durable consumer's pending messages and its ack floor as what the table holds.
-
-Gaps: messages removed from the stream (deleted, purged, aged out) are not silently
-lost. When a newly planned range starts below the stream's first sequence, or holds
-deleted sequences, discovery reports how many sequences are gone as a transport error of
-the connector (counted in its stats); the range is still planned and commits with the
-messages that remain, so nothing waits for them.
 """
 
 from __future__ import annotations
@@ -50,9 +30,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import re
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -60,32 +39,17 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.redact import mask_text, mask_url
-from airflow_connectors.transports.base import (
-    MTIME,
-    Cursor,
-    KeyOffset,
-    Limits,
-    Transport,
-    WorkItem,
-    check_scope,
-)
+from airflow_connectors.transports.base import Cursor, KeyOffset
+from airflow_connectors.transports.sequence import ENDS, Partition, SequenceSource
 
 if TYPE_CHECKING:
-    from airflow_connectors.spec.models import ConnectorSpec, TableSpec
+    from airflow_connectors.spec.models import TableSpec
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
 
-#: Messages in one work item at most (one Spark task reads one item): a batch of the
-#: default million records is read by several tasks.
-ITEM_MESSAGES = 100_000
-#: Records per batch when the connector sets no ``max_batch_size`` (the engine's default).
-DEFAULT_BATCH_RECORDS = 1_000_000
-#: ``WorkItem.meta`` key of the bounded input's last sequence.
+#: ``WorkItem.meta`` key of the bounded input's last sequence in releases before the
+#: sequence source (read from their offsets rows on upgrade).
 LAST_SEQ = "last_seq"
-#: Digits of a sequence in a key (a sequence is an unsigned 64-bit number).
-_DIGITS = 20
-_KEY = re.compile(r"^(?P<base>.+)@(?P<first>\d{20})-(?P<last>\d{20})$")
 _STREAM = re.compile(r"^[^\s.*>/\\@]+$")
 
 
@@ -325,40 +289,27 @@ class _StreamState:
     deleted: tuple[int, ...]
 
 
-class NatsInputTransport(Transport):
-    """The ``nats_input`` transport: stream sequence ranges as work items, read through
-    ephemeral consumers; a durable consumer acknowledges what is committed."""
+class NatsInputTransport(SequenceSource):
+    """The ``nats_input`` transport: the stream is one partition of sequences, read
+    through ephemeral consumers; a durable consumer acknowledges what is committed."""
 
     name = "nats_input"
     Config = NatsInputConfig
     config: NatsInputConfig
-    record_offsets = True
+    source_kind = "stream"
 
     def __init__(self, config: NatsInputConfig, table: TableSpec) -> None:
         super().__init__(config, table)
         cc = config.consumer_config
         filters = ",".join(cc.filter_subjects)
-        #: Every key of this source starts with it.
-        self.base = f"{config.stream_name}/{filters}" if filters else config.stream_name
+        base = f"{config.stream_name}/{filters}" if filters else config.stream_name
+        #: The stream's offsets key; keys of releases before the sequence source were
+        #: ``<base>@<first>-<last>``, one per range (see :meth:`committed`).
+        self.key = f"{base}@seq"
+        self._legacy = re.compile(rf"^{re.escape(base)}@(\d{{20}})-(\d{{20}})$")
         self.origin = (
             1 if cc.deliver_policy == "All" else cc.deliver_policy.by_start_sequence.start_sequence
         )
-        self._connector = _own_connector(table, config)
-
-    # --- keys ---------------------------------------------------------------------------
-
-    def key(self, first: int, last: int) -> str:
-        """The work-item key of sequences ``first..last``."""
-        return f"{self.base}@{first:0{_DIGITS}d}-{last:0{_DIGITS}d}"
-
-    def range_of(self, key: str) -> tuple[int, int] | None:
-        """``(first, last)`` of one of this source's keys; None for other keys."""
-        m = _KEY.match(key)
-        if m is None or m.group("base") != self.base:
-            return None
-        return int(m.group("first")), int(m.group("last"))
-
-    # --- plumbing -----------------------------------------------------------------------
 
     @property
     def bounded(self) -> bool:
@@ -370,185 +321,80 @@ class NatsInputTransport(Transport):
         """The connector's durable consumer."""
         if self.config.consumer_config.name:
             return self.config.consumer_config.name
-        who = self._connector.name if self._connector is not None else "nats"
+        who = self.context.connector or "nats"
         return re.sub(r"[^A-Za-z0-9_-]", "_", f"ac_{self.table.name}_{who}")
 
-    def _who(self) -> str:
-        if self._connector is not None:
-            return f"nats_input connector {self.table.name}.{self._connector.name}"
-        return "nats_input"
-
     def _session(self) -> _Session:
-        return _Session(self.config, self._who())
+        who = f"nats_input connector {self.context.who}" if self.context.connector else "nats_input"
+        return _Session(self.config, who)
 
-    # --- discovery ----------------------------------------------------------------------
+    # --- the sequence source ------------------------------------------------------------
 
-    def discover(self, cursor: Cursor, limits: Limits) -> Iterator[WorkItem]:
-        """Ranges of sequences that are neither committed nor in flight, up to the bound,
-        in key order; moves the durable consumer up to the committed sequence first."""
-        check_scope("nats_input", f"stream {self.base}", f"{self.base}@", cursor.watermark)
-        # Every discovery sees the whole source: committed rows below the watermark
-        # may collapse (their MTIME 0 is older than this).
-        self.relisted_at = 1.0
-        rows = {k: o for k, o in cursor.offsets.items() if self.range_of(k) is not None}
-        flying = [r for r in map(self.range_of, cursor.in_flight) if r is not None]
+    def partitions(self) -> list[Partition]:
+        """The stream, with its first and last sequence and its deleted sequences."""
         with self._session() as server:
             state = server.run(server.stream_state(with_deleted=True))
-            committed = self._committed(cursor, rows)
-            server.run(server.acknowledge(self.durable_name, committed, self.origin))
-            bound = self._bound(rows, flying, state)
-        if committed - 1 > state.last_seq:
-            self.notices.append(
-                (
-                    f"nats_input: stream {self.config.stream_name} ends at sequence "
-                    f"{state.last_seq}, below the committed sequence {committed - 1}: it was "
-                    "deleted and created again, so its new messages are not read; stop the "
-                    "connector, reset its offsets and resume it to read the stream from "
-                    "the start",
-                    None,
-                )
+        return [Partition(self.key, state.first_seq, state.last_seq, state.deleted)]
+
+    def where(self, partition: str) -> str:
+        """``stream <name>``."""
+        return f"stream {self.config.stream_name}"
+
+    def start_at(self, partition: Partition) -> int:
+        """``deliver_policy``'s start (purged sequences after it are reported)."""
+        return self.origin
+
+    def acknowledge(self, positions: Mapping[str, int]) -> None:
+        """Move the durable consumer up to the committed sequence (creating it)."""
+        with self._session() as server:
+            server.run(server.acknowledge(self.durable_name, positions[self.key], self.origin))
+
+    def read_range(self, partition: str, first: int, last: int) -> Iterator[bytes]:
+        """The payloads of the range's messages (of the filtered subjects), each followed
+        by a line end, in sequence order."""
+        if partition != self.key and not self._legacy.match(partition):
+            raise ValueError(f"nats_input: work item {partition!r} is no range of {self.key}")
+        with self._session() as nats:
+            yield from nats.read(
+                first,
+                last + 1,
+                self.config.consumer_config.max_batch,
+                self.config.inactivity_timeout_secs,
             )
-        if bound is None:
-            return iter(())
-        return iter(list(self._plan(cursor, rows, flying, bound, state, limits)))
 
-    def exhausted(self, cursor: Cursor) -> bool | None:
-        """Following: never; the connector's finalize step (after its batches) still
-        acknowledges what they committed, as a bounded connector's end-of-input
-        discovery does. Bounded: the framework decides (a discovery finding nothing)."""
-        if not self.config.follow:
-            return None
-        rows = {k: o for k, o in cursor.offsets.items() if self.range_of(k) is not None}
-        try:
-            with self._session() as server:
-                committed = self._committed(cursor, rows)
-                server.run(server.acknowledge(self.durable_name, committed, self.origin))
-        except OSError as e:  # acks only show progress; the next discovery catches up
-            log.warning("%s", e)
-        return False
+    # --- offsets of earlier releases ------------------------------------------------------
 
-    def _bound(
-        self, rows: dict[str, KeyOffset], flying: list[tuple[int, int]], state: _StreamState
-    ) -> int | None:
-        """The last sequence to plan; None: plan nothing now."""
-        if self.config.follow:
-            return state.last_seq
-        kept = [o.meta.get(LAST_SEQ) for o in rows.values()]
-        fixed = [b for b in kept if isinstance(b, int)]
-        if fixed:
-            return max(fixed)
-        if flying:  # the first ranges are not committed yet: their bound is not known
-            return None
-        return state.last_seq
-
-    def _committed(self, cursor: Cursor, rows: dict[str, KeyOffset]) -> int:
-        """The first sequence (from the origin) that is not committed."""
-        spans = []
-        w = self.range_of(cursor.watermark) if cursor.watermark else None
-        if w is not None:
-            spans.append((self.origin, w[1]))
-        for key, off in rows.items():
-            first, last = self.range_of(key) or (0, 0)
-            if off.completed:
+    def committed(self, cursor: Cursor, partition: Partition) -> KeyOffset | None:
+        """The stream's offsets row; for a connector that committed under the earlier
+        keys (a range per key, collapsed into the watermark), the first sequence from
+        the origin that those do not cover, so an upgrade reads nothing twice."""
+        row = cursor.get(self.key)
+        if row is not None:
+            return row
+        spans, ends = [], None
+        if cursor.watermark and (m := self._legacy.match(cursor.watermark)):
+            spans.append((self.origin, int(m.group(2))))
+        for key, off in cursor.offsets.items():
+            if (m := self._legacy.match(key)) is None:
+                continue
+            first, last = int(m.group(1)), int(m.group(2))
+            ends = off.meta.get(LAST_SEQ, ends)
+            if off.completed or off.offset > last:
                 spans.append((first, last))
             elif off.offset > first:
                 spans.append((first, off.offset - 1))
+        if not spans:
+            return None
         pos = self.origin
         for first, last in sorted(spans):
             if first > pos:
                 break
             pos = max(pos, last + 1)
-        return pos
+        return KeyOffset(pos, 0, False, {ENDS: {self.key: ends}} if ends is not None else {})
 
-    def _plan(
-        self,
-        cursor: Cursor,
-        rows: dict[str, KeyOffset],
-        flying: list[tuple[int, int]],
-        bound: int,
-        state: _StreamState,
-        limits: Limits,
-    ) -> Iterator[WorkItem]:
-        meta: dict[str, Any] = {MTIME: 0}
-        if not self.config.follow:
-            meta[LAST_SEQ] = bound
-        taken: list[tuple[int, int]] = list(flying)
-        w = self.range_of(cursor.watermark) if cursor.watermark else None
-        if w is not None:
-            taken.append((self.origin, w[1]))
-        items: list[WorkItem] = []
-        for key, off in rows.items():
-            first, last = self.range_of(key) or (0, 0)
-            taken.append((first, last))
-            if not off.completed and key not in cursor.in_flight:
-                items.append(
-                    WorkItem(
-                        key=key,
-                        start=max(first, off.offset),
-                        end=last + 1,
-                        records_done=off.records,
-                        records=last + 1 - max(first, off.offset),
-                        meta={**meta, **off.meta},
-                    )
-                )
-        for first, last in _holes(self.origin, bound, taken):
-            for lo in range(first, last + 1, self._item_messages(limits)):
-                hi = min(last, lo + self._item_messages(limits) - 1)
-                items.append(
-                    WorkItem(
-                        key=self.key(lo, hi), start=lo, end=hi + 1, records=hi - lo + 1, meta=meta
-                    )
-                )
-        items.sort(key=lambda i: i.key)
-        budget = limits.max_records
-        for n, item in enumerate(items):
-            if n >= limits.max_items or (budget is not None and budget <= 0):
-                return
-            if item.records_done == 0 and item.key not in rows:
-                self._report_gaps(item, state)
-            yield item
-            if budget is not None:
-                budget -= item.records or 0
-
-    def _item_messages(self, limits: Limits) -> int:
-        per_batch = DEFAULT_BATCH_RECORDS
-        if self._connector is not None and self._connector.max_batch_size:
-            per_batch = self._connector.max_batch_size
-        elif self._connector is None and limits.max_records:
-            per_batch = limits.max_records
-        # Items that divide a batch evenly, so a discovery's batches hold what it plans.
-        return max(1, per_batch // -(-per_batch // ITEM_MESSAGES))
-
-    def _report_gaps(self, item: WorkItem, state: _StreamState) -> None:
-        """A notice when sequences of a new range are gone from the stream."""
-        first, last = item.start, (item.end or item.start) - 1
-        gone = max(0, min(last, state.first_seq - 1) - first + 1)
-        gone += sum(1 for s in state.deleted if first <= s <= last and s >= state.first_seq)
-        if gone:
-            self.notices.append(
-                (
-                    f"nats_input: {gone} of the sequences {first}..{last} of stream "
-                    f"{self.config.stream_name} were removed from the stream (deleted, purged "
-                    "or aged out) before this connector read them; they cannot be read and "
-                    "are skipped",
-                    item.key,
-                )
-            )
-
-    # --- reading ------------------------------------------------------------------------
-
-    def read(self, item: WorkItem) -> Iterator[bytes]:
-        """The payloads of the range's messages (of the filtered subjects), each followed
-        by a line end, in sequence order."""
-        if self.range_of(item.key) is None or item.end is None or item.end <= item.start:
-            raise ValueError(f"nats_input: work item {item.key!r} is no range of {self.base}")
-        with self._session() as nats:
-            yield from nats.read(
-                item.start,
-                item.end,
-                self.config.consumer_config.max_batch,
-                self.config.inactivity_timeout_secs,
-            )
+    def in_flight(self, cursor: Cursor, partition: Partition) -> bool:
+        """A range is planned, under this key or an earlier release's."""
+        return self.key in cursor.in_flight or any(map(self._legacy.match, cursor.in_flight))
 
     def describe(self) -> str:
         """Server, stream, filter and follow on one line."""
@@ -562,33 +408,6 @@ class NatsInputTransport(Transport):
         parts.append(f"durable consumer {self.durable_name}")
         parts.append("follow" if self.config.follow else "until the last sequence")
         return ", ".join(parts)
-
-
-def _holes(origin: int, bound: int, taken: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
-    """The sequence spans of ``origin..bound`` that no span of ``taken`` covers."""
-    pos = origin
-    for first, last in sorted(taken):
-        if pos > bound:
-            return
-        if first > pos:
-            yield pos, min(first - 1, bound)
-        pos = max(pos, last + 1)
-    if pos <= bound:
-        yield pos, bound
-
-
-def _own_connector(table: TableSpec, config: NatsInputConfig) -> ConnectorSpec | None:
-    """The connector of ``table`` with this config (its name and batch size); None when
-    the table lists none (a batch plan's table carries no connectors)."""
-    for c in table.connectors:
-        if c.transport.name != NatsInputTransport.name:
-            continue
-        try:
-            if NatsInputConfig.model_validate(c.transport.config) == config:
-                return c
-        except ValueError:
-            continue
-    return None
 
 
 class _Session:

@@ -347,3 +347,29 @@ def test_a_stream_created_again_is_reported_not_read_from_the_old_offsets(
         assert any("below the committed sequence 20" in m for m in errors), errors
     finally:
         c.close()
+
+
+def test_offsets_of_the_earlier_range_keys_are_resumed_from(stream: Stream, tmp_path: Path) -> None:
+    """A connector that committed under the keys of releases before the sequence source
+    (``<stream>@<first>-<last>``, one per range, the bound in ``last_seq``) resumes at
+    the first sequence they do not cover and keeps their bound: nothing is read twice."""
+    stream.publish(range(1, 71))
+    c = Connector(stream.source(range(41, 61)), tmp_path / "c")
+    try:
+        c.store.ensure_connector(c.ref)
+        c.store.set_stopped(c.ref, True)
+        key = f"{stream.name}@{{:020d}}-{{:020d}}".format
+        c.store.edit_offsets(
+            c.ref,
+            [
+                {"key": key(1, 30), "offset": 31, "records": 30, "completed": True},
+                {"key": key(31, 60), "offset": 41, "records": 10, "meta": {"last_seq": 60}},
+            ],
+        )
+        c.store.set_stopped(c.ref, False)
+        c.drain()
+        assert ids_of(c) == list(range(41, 61))
+        assert c.finalize(), "the bound kept by the earlier keys did not hold"
+        assert stream.consumer("ac_t_source").ack_floor.stream_seq == 60
+    finally:
+        c.close()
