@@ -1,9 +1,11 @@
-"""Airflow connections named in transport and sink configs (``aws_conn_id`` of
-``s3_input`` and ``delta_table_input``, ``postgres_conn_id`` of ``postgres_input`` and the
-``postgres`` sink, ``http_conn_id`` of ``url_input``).
+"""Airflow connections named in transport and sink configs: the fields each plugin
+declares in ``connection_fields`` (``aws_conn_id`` of ``s3_input`` and
+``delta_table_input``, ``postgres_conn_id`` of ``postgres_input`` and the ``postgres``
+sink, ``http_conn_id`` of ``url_input``, ...).
 
-Transports resolve a connection id without Airflow: from ``AIRFLOW_CONN_<ID>``, then
-from a resolver a higher layer installs (:func:`airflow_connectors.transports._s3.
+Transports resolve a connection id without Airflow, in the connection layer
+(:mod:`airflow_connectors.connections`): from ``AIRFLOW_CONN_<ID>``, then from a resolver
+a higher layer installs (:func:`airflow_connectors.connections.base.
 set_connection_resolver`). In Airflow's tasks, :func:`install_resolver` makes that
 resolver ask Airflow (``BaseHook.get_connection``: the metadata database, secrets
 backends, environment), so the discover and finalize tasks list with the connection's
@@ -23,25 +25,49 @@ naming the field and the connection, never a secret.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
+from airflow_connectors.connections import aws, http, postgres
+from airflow_connectors.connections.base import (
+    AirflowConnection,
+    ConnectionProblem,
+    env_var,
+    parse,
+    set_connection_resolver,
+)
 from airflow_connectors.spec.redact import mask_text, mask_url, secret_values
-from airflow_connectors.transports import _s3
 
-#: Transport and sink config fields that name an Airflow connection, with the kind of
-#: connection to create (as the Airflow UI names it).
-CONN_ID_FIELDS = {
-    "aws_conn_id": "Amazon Web Services",
-    "postgres_conn_id": "Postgres",
-    "http_conn_id": "HTTP",
-}
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def connection_fields() -> dict[str, str]:
+    """Config fields that name an Airflow connection, with the kind of connection to
+    create (as the Airflow UI names it): what every registered transport and sink
+    declares in its ``connection_fields``."""
+    from airflow_connectors.sinks import SINKS
+    from airflow_connectors.transports import TRANSPORTS
+
+    found: dict[str, str] = {}
+    for registry in (TRANSPORTS, SINKS):
+        for name in registry.names():
+            try:
+                plugin = registry.get(name)
+            except Exception as e:  # a third-party plugin that does not import
+                log.warning("%s %s: cannot read its connection fields: %s", registry.kind, name, e)
+                continue
+            found.update(getattr(plugin, "connection_fields", None) or {})
+    return found
 
 
 def airflow_connection(conn_id: str) -> dict[str, Any] | None:
@@ -56,20 +82,18 @@ def airflow_connection(conn_id: str) -> dict[str, Any] | None:
     data.pop("conn_id", None)
     # extra_dejson masks the extra's values Airflow deems sensitive; request headers
     # such as X-API-Key or Cookie it does not know.
-    for secret in _extra_secrets(data.get("extra")):
+    for secret in _secrets(conn_id, data):
         mask_secret(secret)
     return data
 
 
-def _extra_secrets(extra: Any) -> set[str]:
-    """Values of a connection's extra (and of its ``headers``) named like credentials."""
-    from airflow_connectors.transports._http import secret_header
-
-    if not isinstance(extra, Mapping):
-        return set()
-    found = {str(v) for k, v in extra.items() if isinstance(v, str) and secret_header(str(k))}
-    found |= _extra_secrets(extra.get("headers"))
-    return {v for v in found if len(v) >= 3}
+def _secrets(conn_id: str, data: Mapping[str, Any]) -> set[str]:
+    """The password and the extra's values named like credentials (its ``headers``
+    included); an extra that cannot be read holds none that can be told."""
+    try:
+        return parse(conn_id, data).secrets()
+    except ConnectionProblem:
+        return {str(data["password"])} if data.get("password") else set()
 
 
 def _a(kind: str) -> str:
@@ -79,7 +103,7 @@ def _a(kind: str) -> str:
 
 def install_resolver() -> None:
     """Make transports resolve connection ids through Airflow in this process."""
-    _s3.set_connection_resolver(airflow_connection)
+    set_connection_resolver(airflow_connection)
 
 
 def conn_ids(config: Mapping[str, Any] | None) -> list[str]:
@@ -91,7 +115,9 @@ def _named(config: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     """``(field, connection id)`` of every connection field set in ``config``."""
     config = config or {}
     return [
-        (f, str(config[f])) for f in CONN_ID_FIELDS if isinstance(config.get(f), str) and config[f]
+        (f, str(config[f]))
+        for f in connection_fields()
+        if isinstance(config.get(f), str) and config[f]
     ]
 
 
@@ -103,15 +129,16 @@ def export_connections(config: Mapping[str, Any] | None, connector: str) -> list
     nobody knows."""
     names = []
     for field, conn_id in _named(config):
-        var = _s3.conn_env_var(conn_id)
+        var = env_var(conn_id)
         names.append(var)
         if os.environ.get(var):
             continue
         data = airflow_connection(conn_id)
         if data is None:
+            kind = connection_fields()[field]
             raise LookupError(
                 f"connector {connector}: {field} {conn_id!r} is not an Airflow connection; "
-                f"create {_a(CONN_ID_FIELDS[field])} connection {conn_id!r} (Admin > Connections, "
+                f"create {_a(kind)} connection {conn_id!r} (Admin > Connections, "
                 f"or `airflow connections add`), or set {var}"
             )
         os.environ[var] = json.dumps(data)
@@ -148,17 +175,22 @@ def check_connection(
     except Exception as e:  # a secrets backend that fails, a malformed AIRFLOW_CONN_<ID>
         return (
             f"{field} {conn_id!r}: Airflow cannot read the connection ({type(e).__name__}); "
-            f"check it (Admin > Connections, or {_s3.conn_env_var(conn_id)})"
+            f"check it (Admin > Connections, or {env_var(conn_id)})"
         )
     if data is None:
         return (
             f"{field} {conn_id!r} is not an Airflow connection; create "
-            f"{_a(CONN_ID_FIELDS[field])} connection {conn_id!r} (Admin > Connections, or "
-            f"`airflow connections add`), or set {_s3.conn_env_var(conn_id)}"
+            f"{_a(connection_fields()[field])} connection {conn_id!r} (Admin > Connections, or "
+            f"`airflow connections add`), or set {env_var(conn_id)}"
         )
-    secrets = _connection_secrets(data)
     try:
-        problem = _CHECKS[field](data, config, timeout)
+        conn = parse(conn_id, data)
+    except ConnectionProblem as e:
+        return f"{field} {conn_id!r}: {e}"
+    secrets = conn.secrets() | secret_values(dict(conn.extra))
+    check = _CHECKS.get(connection_fields()[field])
+    try:
+        problem = check(conn, config, timeout) if check is not None else None
     except Exception as e:  # whatever the client library raises: one line, scrubbed
         problem = f"the check failed: {type(e).__name__}: {_first_line(e)}"
     if problem is None:
@@ -166,41 +198,33 @@ def check_connection(
     return mask_text(f"{field} {conn_id!r}: {problem}", secrets)
 
 
-def _connection_secrets(data: Mapping[str, Any]) -> set[str]:
-    found = _extra_secrets(data.get("extra")) | secret_values(data.get("extra") or {})
-    if data.get("password"):
-        found.add(str(data["password"]))
-    return found
-
-
 def _first_line(e: BaseException) -> str:
     lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(e).__name__
 
 
-def _check_s3(data: Mapping[str, Any], config: Mapping[str, Any], timeout: float) -> str | None:
+def _check_s3(conn: AirflowConnection, config: Mapping[str, Any], timeout: float) -> str | None:
     """The bucket the config names (else the bucket list) on the connection's endpoint."""
     import boto3
-    from botocore.config import Config
 
-    creds = _s3.parse_connection("check", dict(data))
-    endpoint = config.get("endpoint_url") or creds.endpoint_url
-    region = config.get("region") or creds.region
+    from airflow_connectors.transports import _s3
+
+    settings = aws.AwsSettings.from_connection(conn)
+    settings = dataclasses.replace(
+        settings,
+        endpoint_url=config.get("endpoint_url") or settings.endpoint_url,
+        region=config.get("region") or settings.region,
+    )
     client = boto3.session.Session().client(
         "s3",
-        endpoint_url=endpoint,
-        region_name=region,
-        aws_access_key_id=creds.access_key,
-        aws_secret_access_key=creds.secret_key,
-        aws_session_token=creds.session_token,
-        config=Config(
+        **settings.client_kwargs(
             connect_timeout=timeout,
             read_timeout=timeout,
             retries={"total_max_attempts": 1, "mode": "standard"},
         ),
     )
     bucket = _bucket_of(config)
-    where = endpoint or "AWS"
+    where = settings.where()
     what = f"HEAD s3://{bucket} on {where}" if bucket else f"list buckets on {where}"
     try:
         if bucket:
@@ -211,7 +235,7 @@ def _check_s3(data: Mapping[str, Any], config: Mapping[str, Any], timeout: float
         code, status = _s3.error_code(e)
         if bucket and (code in ("404", "NoSuchBucket", "NotFound") or status == 404):
             return f"bucket {bucket!r} does not exist on {where}; check the bucket and endpoint"
-        return str(_s3.translate(e, what, creds.secrets())).removeprefix("s3_input: ")
+        return str(_s3.translate(e, what, settings.secrets())).removeprefix("s3_input: ")
     return None
 
 
@@ -226,42 +250,41 @@ def _bucket_of(config: Mapping[str, Any]) -> str | None:
 
 
 def _check_postgres(
-    data: Mapping[str, Any], config: Mapping[str, Any], timeout: float
+    conn: AirflowConnection, config: Mapping[str, Any], timeout: float
 ) -> str | None:
     """``SELECT 1`` over a connection made with the connection's credentials."""
     import psycopg
 
-    from airflow_connectors.transports import _postgres
-
-    uri = _postgres.from_airflow_json(data)
+    uri = postgres.libpq_uri(conn)
     wait = min(int(config.get("connect_timeout") or timeout), int(timeout)) or 1
     try:
-        with psycopg.connect(uri, connect_timeout=wait) as conn:
-            conn.execute("SELECT 1").fetchone()
+        with psycopg.connect(uri, connect_timeout=wait) as session:
+            session.execute("SELECT 1").fetchone()
     except psycopg.Error as e:
         return (
-            f"cannot run SELECT 1 on {_postgres.redacted(uri)}: "
-            f"{mask_text(_first_line(e), _postgres.uri_secrets(uri))}"
+            f"cannot run SELECT 1 on {postgres.redacted(uri)}: "
+            f"{mask_text(_first_line(e), postgres.uri_secrets(uri))}"
         )
     return None
 
 
-def _check_http(data: Mapping[str, Any], config: Mapping[str, Any], timeout: float) -> str | None:
+def _check_http(conn: AirflowConnection, config: Mapping[str, Any], timeout: float) -> str | None:
     """A GET of the base URL (of the config's URL when the connection has no host) with
     the connection's headers and auth: an answer that is not a refusal or a server error."""
     import httpx
 
-    from airflow_connectors.transports._http import http_connection_of
-
-    conn = http_connection_of(data)
+    client_conn = http.HttpConnection.from_connection(conn)
     path = config.get("path")
-    url = conn.base_url or (path if isinstance(path, str) and "://" in path else None)
+    url = client_conn.base_url or (path if isinstance(path, str) and "://" in path else None)
     if url is None:
         return "has no host, and path is not a URL; set the connection's host (the base URL)"
     shown = mask_url(url)
     try:
         with httpx.Client(
-            timeout=timeout, follow_redirects=False, headers=dict(conn.headers), auth=conn.auth
+            timeout=timeout,
+            follow_redirects=False,
+            headers=dict(client_conn.headers),
+            auth=client_conn.auth,
         ) as client:
             resp = client.get(url, headers={"Accept-Encoding": "identity"})
             resp.close()
@@ -281,8 +304,10 @@ def _check_http(data: Mapping[str, Any], config: Mapping[str, Any], timeout: flo
     return None
 
 
-_CHECKS = {
-    "aws_conn_id": _check_s3,
-    "postgres_conn_id": _check_postgres,
-    "http_conn_id": _check_http,
+#: What ``airflow connections test`` runs per kind of connection (a kind without one:
+#: the connection exists, nothing more).
+_CHECKS: dict[str, Callable[[AirflowConnection, Mapping[str, Any], float], str | None]] = {
+    aws.KIND: _check_s3,
+    postgres.KIND: _check_postgres,
+    http.KIND: _check_http,
 }

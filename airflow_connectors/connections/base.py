@@ -174,11 +174,6 @@ def parse(conn_id: str, value: str | Mapping[str, Any], *, who: str = "") -> Air
                     '"extra": {...}} or its URI form type://login:password@host:port/schema; '
                     f"fix {var} or the connection in Airflow"
                 ) from None
-            if not isinstance(data, Mapping):
-                raise ConnectionProblem(
-                    f"{_prefix(who)}{var} (connection {conn_id!r}) holds JSON that is not an "
-                    f'object; expected Airflow\'s JSON form {{"conn_type": ..., ...}}; fix {var}'
-                )
         else:
             data = _from_uri(conn_id, text, who)
     else:
@@ -254,8 +249,8 @@ def _port(conn_id: str, port: Any, who: str) -> int | None:
         return int(port)
     except (TypeError, ValueError):
         raise ConnectionProblem(
-            f"{_prefix(who)}the port of connection {conn_id!r} is not a number; fix the "
-            f"connection in Airflow or {env_var(conn_id)}"
+            f"{_prefix(who)}the port of connection {conn_id!r} is not a number; expected a "
+            f"port such as 5432; fix the connection in Airflow or {env_var(conn_id)}"
         ) from None
 
 

@@ -15,7 +15,7 @@ PERMANENT: tuple[type[BaseException], ...] = (
     IsADirectoryError,
     ValueError,  # bad settings and input (SpecValidationError, SourceOrderError, ...)
     TypeError,
-    LookupError,
+    LookupError,  # a connection nobody knows or that cannot be read (ConnectionProblem)
     SettingsError,
 )
 
@@ -28,9 +28,7 @@ def is_permanent(error: BaseException) -> bool:
     :data:`PERMANENT`); unknown errors count as transient."""
     if isinstance(error, TRANSIENT):
         return False
-    from airflow_connectors.transports._s3 import ConnectionNotFound
-
-    return isinstance(error, (*PERMANENT, ConnectionNotFound))
+    return isinstance(error, PERMANENT)  # a ConnectionProblem is a LookupError
 
 
 def one_line(error: BaseException) -> str:

@@ -1,17 +1,13 @@
-"""S3 plumbing of ``s3_input``: credentials (explicit keys, anonymous, or an Airflow AWS
-connection resolved without importing Airflow), the boto3 client, listing with the
-server's clock, and S3 errors turned into one-line ``OSError``\\ s naming the object.
+"""S3 plumbing of ``s3_input``: the boto3 client, listing with the server's clock, and S3
+errors turned into one-line ``OSError``\\ s naming the object.
 
-An ``aws_conn_id`` is looked up as Airflow looks up connections from the environment:
-the variable ``AIRFLOW_CONN_<ID>`` (JSON or URI form) first, then the resolver a higher
-layer installed with :func:`set_connection_resolver` (the Airflow integration installs
-one that asks Airflow, so a discover task finds connections of Airflow's metadata
-database or secrets backend). Nothing here imports Airflow.
+Credentials (explicit keys, anonymous, or an Airflow AWS connection) are resolved by the
+connection layer, :class:`airflow_connectors.connections.aws.AwsSettings`; the names
+below that ``s3_input`` and its tests used before that layer existed point there.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -19,19 +15,35 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from typing import Any, Protocol
 
+from airflow_connectors.connections.aws import KIND, AwsConfig, AwsSettings
+from airflow_connectors.connections.base import ConnectionProblem, lookup, set_connection_resolver
+from airflow_connectors.connections.base import env_var as conn_env_var
 from airflow_connectors.spec.redact import mask_text
 
-if TYPE_CHECKING:
-    from airflow_connectors.transports.s3_input import S3InputConfig
+#: The credentials of a config: the connection layer's AWS settings.
+AwsCredentials = AwsSettings
+#: A connection nobody knows, or one that cannot be read: the connection layer's error.
+ConnectionNotFound = ConnectionProblem
 
-#: ``fn(conn_id)`` -> the connection as Airflow's JSON form (``conn_type``, ``login``,
-#: ``password``, ``host``, ``extra``), or None when it does not know the connection.
-ConnectionResolver = Callable[[str], Mapping[str, Any] | None]
-
-_resolver: ConnectionResolver | None = None
+__all__ = [
+    "DENIED_CODES",
+    "MISSING_CODES",
+    "AwsCredentials",
+    "ConnectionNotFound",
+    "Listing",
+    "S3Object",
+    "conn_env_var",
+    "content_range_start",
+    "credentials",
+    "error_code",
+    "make_client",
+    "resolve_connection",
+    "server_time",
+    "set_connection_resolver",
+    "translate",
+]
 
 #: S3 error codes of a refused request: credentials or permissions, never retried.
 DENIED_CODES = frozenset(
@@ -52,130 +64,25 @@ DENIED_CODES = frozenset(
 MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 
 
-def set_connection_resolver(fn: ConnectionResolver | None) -> None:
-    """Install how ``aws_conn_id`` is resolved when no ``AIRFLOW_CONN_<ID>`` variable
-    names it (None: environment variables only). The Airflow integration installs one
-    that asks Airflow."""
-    global _resolver
-    _resolver = fn
+class ClientConfig(AwsConfig, Protocol):
+    """What :func:`make_client` reads of a config besides its AWS settings."""
+
+    @property
+    def max_concurrent_fetches(self) -> int: ...
 
 
-def lookup_connection(conn_id: str) -> Mapping[str, Any] | None:
-    """Connection ``conn_id`` as the installed resolver gives it (Airflow's JSON form);
-    None when none is installed or it does not know the connection."""
-    return _resolver(conn_id) if _resolver is not None else None
-
-
-def conn_env_var(conn_id: str) -> str:
-    """The environment variable Airflow reads a connection from: ``AIRFLOW_CONN_<ID>``."""
-    return f"AIRFLOW_CONN_{conn_id.upper()}"
-
-
-class ConnectionNotFound(OSError):
-    """``aws_conn_id`` names a connection that neither the environment nor Airflow knows."""
-
-
-@dataclass(frozen=True)
-class AwsCredentials:
-    """What a client needs from a connection or the config; None: boto3's default."""
-
-    access_key: str | None = None
-    secret_key: str | None = None
-    session_token: str | None = None
-    region: str | None = None
-    endpoint_url: str | None = None
-
-    def secrets(self) -> set[str]:
-        """The secret values, to scrub from messages."""
-        return {s for s in (self.secret_key, self.session_token) if s}
-
-
-def parse_connection(conn_id: str, value: str | Mapping[str, Any]) -> AwsCredentials:
-    """An Airflow AWS connection, as JSON text, a URI (``aws://key:secret@/?region_name=``)
-    or an already parsed dict, as credentials: ``login``/``password`` are the key pair,
-    ``extra`` gives ``region_name``, ``endpoint_url`` (or ``service_config.s3``) and
-    ``aws_session_token``. Raises ``ValueError`` naming the variable
-    when it is neither."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("{"):
-            try:
-                data = json.loads(text)
-            except ValueError:
-                raise ValueError(
-                    f"{conn_env_var(conn_id)} is not valid JSON; expected Airflow's JSON form "
-                    '{"conn_type": "aws", "login": ..., "password": ..., "extra": {...}} or a '
-                    "URI aws://KEY:SECRET@/?region_name=..."
-                ) from None
-        else:
-            data = _uri_connection(text)
-    else:
-        data = dict(value)
-    extra = data.get("extra") or {}
-    if isinstance(extra, str):
-        try:
-            extra = json.loads(extra) if extra.strip() else {}
-        except ValueError:
-            raise ValueError(
-                f"the extra of Airflow connection {conn_id!r} is not valid JSON"
-            ) from None
-    service = (extra.get("service_config") or {}).get("s3") or {}
-    endpoint = service.get("endpoint_url") or extra.get("endpoint_url")
-    return AwsCredentials(
-        access_key=data.get("login") or extra.get("aws_access_key_id") or None,
-        secret_key=data.get("password") or extra.get("aws_secret_access_key") or None,
-        session_token=extra.get("aws_session_token") or None,
-        region=extra.get("region_name") or None,
-        endpoint_url=endpoint or None,
+def resolve_connection(conn_id: str) -> AwsSettings:
+    """The settings of Airflow AWS connection ``conn_id`` (see
+    :func:`airflow_connectors.connections.base.lookup`)."""
+    return AwsSettings.from_connection(
+        lookup(conn_id, who="s3_input", field="aws_conn_id", kind=KIND)
     )
 
 
-def _uri_connection(uri: str) -> dict[str, Any]:
-    """Airflow's URI form of a connection as its JSON form."""
-    parts = urlsplit(uri)
-    query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    extra: dict[str, Any] = json.loads(query["__extra__"]) if "__extra__" in query else query
-    return {
-        "conn_type": parts.scheme,
-        "login": unquote(parts.username) if parts.username else None,
-        "password": unquote(parts.password) if parts.password else None,
-        "extra": extra,
-    }
-
-
-def resolve_connection(conn_id: str) -> AwsCredentials:
-    """The credentials of Airflow connection ``conn_id``: ``AIRFLOW_CONN_<ID>`` first,
-    then the installed resolver. Raises :class:`ConnectionNotFound` in one line."""
-    var = conn_env_var(conn_id)
-    raw = os.environ.get(var)
-    if raw:
-        return parse_connection(conn_id, raw)
-    found = _resolver(conn_id) if _resolver is not None else None
-    if found is not None:
-        return parse_connection(conn_id, found)
-    where = "Airflow does not know it either" if _resolver else "Airflow was not asked"
-    raise ConnectionNotFound(
-        f"s3_input: aws_conn_id {conn_id!r} names no connection ({var} is not set, and "
-        f"{where}); create an Amazon Web Services connection {conn_id!r} in Airflow, set "
-        f"{var} (JSON or aws:// URI), or give aws_access_key_id and aws_secret_access_key"
-    )
-
-
-def credentials(config: S3InputConfig) -> AwsCredentials:
-    """The credentials of ``config``: its own keys, or its connection's, with the
-    config's ``region``/``endpoint_url`` taking precedence over the connection's."""
-    base = (
-        resolve_connection(config.aws_conn_id)
-        if config.aws_conn_id
-        else AwsCredentials(config.aws_access_key_id, config.aws_secret_access_key)
-    )
-    return AwsCredentials(
-        access_key=base.access_key,
-        secret_key=base.secret_key,
-        session_token=base.session_token,
-        region=config.region or base.region,
-        endpoint_url=config.endpoint_url or base.endpoint_url,
-    )
+def credentials(config: AwsConfig) -> AwsSettings:
+    """The settings of ``config``: its own keys, or its connection's, with the config's
+    ``region``/``endpoint_url`` taking precedence over the connection's."""
+    return AwsSettings.resolve(config, who="s3_input")
 
 
 #: boto3 clients of this process by what they were made from: building one takes tens
@@ -196,12 +103,12 @@ _AWS_ENV = (
 )
 
 
-def make_client(config: S3InputConfig, creds: AwsCredentials) -> Any:
+def make_client(config: ClientConfig, creds: AwsSettings) -> Any:
     """A boto3 S3 client, shared by the transports of this process made from the same
     credentials and settings (boto3 clients are thread safe). botocore's own retries
     are off: the transport's retry policy decides (one place, counted)."""
     ambient = tuple(os.environ.get(v) for v in _AWS_ENV) if creds.access_key is None else ()
-    key = (creds, config.no_sign_request, config.max_concurrent_fetches, ambient)
+    key = (creds, config.max_concurrent_fetches, ambient)
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
@@ -211,26 +118,15 @@ def make_client(config: S3InputConfig, creds: AwsCredentials) -> Any:
     return client
 
 
-def _new_client(config: S3InputConfig, creds: AwsCredentials) -> Any:
+def _new_client(config: ClientConfig, creds: AwsSettings) -> Any:
     import boto3
-    from botocore import UNSIGNED
-    from botocore.config import Config
 
-    options: dict[str, Any] = {
-        "max_pool_connections": config.max_concurrent_fetches,
-        "retries": {"total_max_attempts": 1, "mode": "standard"},
-    }
-    if config.no_sign_request:
-        options["signature_version"] = UNSIGNED
-    session = boto3.session.Session()
-    return session.client(
+    return boto3.session.Session().client(
         "s3",
-        endpoint_url=creds.endpoint_url,
-        region_name=creds.region,
-        aws_access_key_id=None if config.no_sign_request else creds.access_key,
-        aws_secret_access_key=None if config.no_sign_request else creds.secret_key,
-        aws_session_token=None if config.no_sign_request else creds.session_token,
-        config=Config(**options),
+        **creds.client_kwargs(
+            max_pool_connections=config.max_concurrent_fetches,
+            retries={"total_max_attempts": 1, "mode": "standard"},
+        ),
     )
 
 

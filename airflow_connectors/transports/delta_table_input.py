@@ -45,12 +45,14 @@ import dataclasses
 import datetime as dt
 import json
 import os
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from urllib.parse import unquote, urlsplit
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
+from airflow_connectors.connections import aws as _aws
+from airflow_connectors.connections.aws import AwsConfigFields, AwsSettings
 from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.transports import _delta_filter
 from airflow_connectors.transports.base import Cursor, Limits, Transport, WorkItem
@@ -76,7 +78,7 @@ _LOCAL_SCHEMES = ("", "file")
 _S3_SCHEMES = ("s3", "s3a")
 
 
-class DeltaTableInputConfig(StrictConfig):
+class DeltaTableInputConfig(AwsConfigFields, StrictConfig):
     """Feldera's ``delta_table_input`` config (without cdc mode and transaction modes),
     plus S3 settings like ``s3_input`` and what to do with versions that remove rows."""
 
@@ -132,32 +134,6 @@ class DeltaTableInputConfig(StrictConfig):
         "it adds: rewritten rows land again). Both record a transport error. Versions "
         "that only compact files are always passed over.",
     )
-    region: str | None = Field(
-        default=None,
-        description="S3: the bucket's region; unset: the connection's region_name, else "
-        "AWS_REGION / AWS_DEFAULT_REGION.",
-    )
-    endpoint_url: str | None = Field(
-        default=None,
-        description="S3: an S3-compatible endpoint such as http://127.0.0.1:9000; unset: "
-        "the connection's endpoint_url, else AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS.",
-    )
-    aws_access_key_id: str | None = Field(
-        default=None,
-        description="S3: access key id, with aws_secret_access_key. Unset: aws_conn_id, "
-        "else the AWS_* environment.",
-    )
-    aws_secret_access_key: str | None = Field(
-        default=None,
-        description="S3: secret access key; masked in logs, errors and the REST API. "
-        "Prefer aws_conn_id, so the secret stays in Airflow.",
-    )
-    aws_conn_id: str | None = Field(
-        default=None,
-        min_length=1,
-        description="S3: an Airflow Amazon Web Services connection (login/password: the key "
-        "pair; extra: region_name, endpoint_url), as for s3_input.",
-    )
 
     @field_validator("uri")
     @classmethod
@@ -209,10 +185,6 @@ class DeltaTableInputConfig(StrictConfig):
             raise ValueError(
                 f"end_version {self.end_version} is before the start version {self.version}"
             )
-        if (self.aws_access_key_id is None) != (self.aws_secret_access_key is None):
-            raise ValueError("set aws_access_key_id and aws_secret_access_key together")
-        if self.aws_access_key_id is not None and self.aws_conn_id is not None:
-            raise ValueError("set one way of authenticating: the key pair or aws_conn_id")
         return self
 
 
@@ -237,6 +209,7 @@ class DeltaTableInputTransport(Transport):
     name = NAME
     Config = DeltaTableInputConfig
     config: DeltaTableInputConfig
+    connection_fields: ClassVar[Mapping[str, str]] = {"aws_conn_id": _aws.KIND}
     needs_format = False
 
     def __init__(self, config: StrictConfig, table: TableSpec) -> None:
@@ -270,56 +243,15 @@ class DeltaTableInputTransport(Transport):
         uri = self.config.uri
         return urlsplit(uri).scheme.lower() if "://" in uri else ""
 
-    def _s3_settings(self) -> dict[str, str]:
+    def _aws(self) -> AwsSettings:
         """Endpoint, region and credentials: config, else connection, else environment."""
-        from airflow_connectors.transports import _s3
-
-        c = self.config
-        env = os.environ.get
-        try:
-            conn = _s3.resolve_connection(c.aws_conn_id) if c.aws_conn_id else None
-        except _s3.ConnectionNotFound as e:
-            raise _s3.ConnectionNotFound(str(e).replace("s3_input:", f"{NAME}:", 1)) from None
-        found = {
-            "endpoint": c.endpoint_url
-            or (conn.endpoint_url if conn else None)
-            or env("AWS_ENDPOINT_URL_S3")
-            or env("AWS_ENDPOINT_URL"),
-            "region": c.region
-            or (conn.region if conn else None)
-            or env("AWS_REGION")
-            or env("AWS_DEFAULT_REGION"),
-        }
-        if c.aws_access_key_id:
-            found.update(key=c.aws_access_key_id, secret=c.aws_secret_access_key)
-        elif conn is not None and conn.access_key:
-            found.update(key=conn.access_key, secret=conn.secret_key, token=conn.session_token)
-        else:
-            found.update(
-                key=env("AWS_ACCESS_KEY_ID"),
-                secret=env("AWS_SECRET_ACCESS_KEY"),
-                token=env("AWS_SESSION_TOKEN"),
-            )
-        settings = {k: v for k, v in found.items() if v}
-        self._secrets = {v for k, v in settings.items() if k in ("secret", "token")}
+        settings = AwsSettings.resolve(self.config, who=NAME).with_environment()
+        self._secrets = settings.secrets()
         return settings
 
     def storage_options(self) -> dict[str, str] | None:
         """delta-rs storage options of the table (None for a local table)."""
-        if self._scheme not in _S3_SCHEMES:
-            return None
-        s = self._s3_settings()
-        names = {
-            "endpoint": "AWS_ENDPOINT_URL",
-            "region": "AWS_REGION",
-            "key": "AWS_ACCESS_KEY_ID",
-            "secret": "AWS_SECRET_ACCESS_KEY",
-            "token": "AWS_SESSION_TOKEN",
-        }
-        opts = {names[k]: v for k, v in s.items()}
-        if s.get("endpoint", "").startswith("http://") or os.environ.get("AWS_ALLOW_HTTP"):
-            opts["AWS_ALLOW_HTTP"] = "true"
-        return opts
+        return self._aws().storage_options() if self._scheme in _S3_SCHEMES else None
 
     def filesystem(self) -> tuple[pafs.FileSystem, str]:
         """The pyarrow filesystem of the table and the table's root path in it."""
@@ -331,21 +263,9 @@ class DeltaTableInputTransport(Transport):
                 local = urlsplit(uri).path if self._scheme == "file" else uri
                 self._fs = (pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(local)))
             else:
-                s = self._s3_settings()
-                kwargs: dict[str, Any] = {}
-                if s.get("endpoint"):
-                    ep = s["endpoint"]
-                    url = urlsplit(ep if "://" in ep else f"https://{ep}")
-                    kwargs.update(endpoint_override=url.netloc, scheme=url.scheme or "https")
-                if s.get("region"):
-                    kwargs["region"] = s["region"]
-                if s.get("key") and s.get("secret"):
-                    kwargs.update(access_key=s["key"], secret_key=s["secret"])
-                    if s.get("token"):
-                        kwargs["session_token"] = s["token"]
                 url = urlsplit(uri)
                 root = f"{url.netloc}/{url.path.strip('/')}".rstrip("/")
-                self._fs = (pafs.S3FileSystem(**kwargs), root)
+                self._fs = (self._aws().pyarrow_filesystem(), root)
         return self._fs
 
     def _where(self) -> str:

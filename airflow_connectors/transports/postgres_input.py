@@ -45,14 +45,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from airflow_connectors.connections import postgres as _pg
 from airflow_connectors.formats.base import Decoded, RecordError
 from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.redact import mask_text
-from airflow_connectors.transports import _postgres as _pg
 from airflow_connectors.transports.base import Cursor, KeyOffset, Limits, Transport, WorkItem
 
 if TYPE_CHECKING:
@@ -229,6 +229,7 @@ class PostgresInputTransport(Transport):
     name = "postgres_input"
     Config = PostgresInputConfig
     config: PostgresInputConfig
+    connection_fields: ClassVar[Mapping[str, str]] = {"postgres_conn_id": _pg.KIND}
     needs_format = False
 
     def __init__(self, config: StrictConfig, table: TableSpec) -> None:

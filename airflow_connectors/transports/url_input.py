@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from airflow_connectors.connections import http as _http
+from airflow_connectors.connections.http import HttpConnection, http_connection
 from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.redact import mask_url
-from airflow_connectors.transports._http import HttpConnection, http_connection
 from airflow_connectors.transports.base import Cursor, KeyOffset, Limits, Transport, WorkItem
 
 if TYPE_CHECKING:
@@ -119,6 +120,7 @@ class UrlInputTransport(Transport):
     name = "url_input"
     Config = UrlInputConfig
     config: UrlInputConfig
+    connection_fields: ClassVar[Mapping[str, str]] = {"http_conn_id": _http.KIND}
     _connection: HttpConnection | None = None
 
     @property

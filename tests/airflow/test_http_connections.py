@@ -17,8 +17,9 @@ from conftest import task_states, write_pipeline
 from test_connection_checks import API_KEY, PASSWORD, _Guarded, guarded, http_conn  # noqa: F401
 from test_dags import table_ids
 
-from airflow_connectors.transports import Cursor, Limits, _s3
-from airflow_connectors.transports._http import http_connection_of
+from airflow_connectors.connections.base import ConnectionProblem, set_connection_resolver
+from airflow_connectors.connections.http import http_connection_of
+from airflow_connectors.transports import Cursor, Limits
 from airflow_connectors.transports.url_input import UrlInputConfig, UrlInputTransport
 
 pytestmark = pytest.mark.depth
@@ -77,8 +78,8 @@ def test_transport_reads_with_the_connection(
     with pytest.raises(OSError, match="answered HTTP 401"):
         b"".join(transport(path="/prices.json", http_conn_id=CONN_ID).read(item))
     monkeypatch.delenv(VAR)
-    _s3.set_connection_resolver(None)
-    with pytest.raises(_s3.ConnectionNotFound) as missing:
+    set_connection_resolver(None)
+    with pytest.raises(ConnectionProblem) as missing:
         list(transport(path="/p.json", http_conn_id=CONN_ID).discover(Cursor(), Limits()))
     assert str(missing.value).startswith(f"url_input: http_conn_id {CONN_ID!r} names no connection")
 
@@ -111,7 +112,7 @@ def airflow_conn(guarded: str, airflow_db: Path) -> Iterator[str]:  # noqa: F811
     os.environ.pop(VAR, None)
     if saved is not None:
         os.environ[VAR] = saved
-    _s3.set_connection_resolver(None)
+    set_connection_resolver(None)
 
 
 def test_dag_run_reads_with_an_airflow_http_connection(

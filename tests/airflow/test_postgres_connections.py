@@ -16,7 +16,7 @@ import pytest
 from conftest import task_states, write_pipeline
 from sqlalchemy.engine import make_url
 
-from airflow_connectors.transports import _s3
+from airflow_connectors.connections.base import set_connection_resolver
 
 pytestmark = pytest.mark.postgres
 
@@ -65,7 +65,7 @@ def airflow_conn(database: str, airflow_db: Path) -> Iterator[str]:
     os.environ.pop(VAR, None)
     if saved is not None:
         os.environ[VAR] = saved
-    _s3.set_connection_resolver(None)
+    set_connection_resolver(None)
 
 
 def test_dag_run_copies_a_table_with_connections_from_airflow(

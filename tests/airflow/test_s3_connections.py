@@ -14,8 +14,10 @@ import pytest
 from conftest import task_states, write_pipeline
 from test_dags import table_ids
 
+from airflow_connectors.connections.aws import AwsSettings
+from airflow_connectors.connections.base import ConnectionProblem, parse, set_connection_resolver
 from airflow_connectors.testing.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
-from airflow_connectors.transports import Cursor, Limits, _s3
+from airflow_connectors.transports import Cursor, Limits
 from airflow_connectors.transports.s3_input import S3InputConfig, S3InputTransport
 
 CONN_ID = "landing_s3_test"
@@ -46,7 +48,7 @@ def airflow_conn(s3_server: S3Server, airflow_db: Path) -> Iterator[str]:
     os.environ.pop(VAR, None)
     if saved is not None:
         os.environ[VAR] = saved
-    _s3.set_connection_resolver(None)
+    set_connection_resolver(None)
 
 
 def put_lines(s3: S3Server, bucket: str, key: str, ids: range) -> None:
@@ -61,7 +63,7 @@ def test_the_resolver_asks_airflow(
 
     put_lines(s3_server, s3_bucket, "in/a.json", range(3))
     cfg = S3InputConfig(bucket_name=s3_bucket, prefix="in/", aws_conn_id=airflow_conn)
-    with pytest.raises(_s3.ConnectionNotFound, match=VAR):
+    with pytest.raises(ConnectionProblem, match=VAR):
         list(S3InputTransport(cfg, None).discover(Cursor(), Limits()))  # type: ignore[arg-type]
     connections.install_resolver()
     # Outside a task Airflow's SDK reads connections from the environment and secrets
@@ -100,7 +102,10 @@ def test_export_connections_names_the_connector_for_an_unknown_connection(
     assert export_connections({"bucket_name": "b", "prefix": ""}, "p.t.c") == []
     monkeypatch.setenv(VAR, '{"conn_type": "aws", "login": "k", "password": "s3cret-value"}')
     assert export_connections({"aws_conn_id": airflow_conn}, "p.t.c") == [VAR]
-    assert _s3.parse_connection(airflow_conn, os.environ[VAR]).secret_key == "s3cret-value"
+    assert (
+        AwsSettings.from_connection(parse(airflow_conn, os.environ[VAR])).secret_key
+        == "s3cret-value"
+    )
     with pytest.raises(LookupError) as missing:
         export_connections({"aws_conn_id": "no_such_conn_anywhere"}, "p.t.c")
     message = str(missing.value)
