@@ -283,7 +283,7 @@ def connector_dataset(pipeline: str, table: str, connector: str) -> DatasetFacts
 def errors_dataset(pipeline: str, table: TableSpec, warehouse: str) -> DatasetFacts:
     """The table's dead-letter table (records that failed to parse), with its columns."""
     from airflow_connectors.engine.context import table_sink
-    from airflow_connectors.sinks.parquet import errors_schema
+    from airflow_connectors.sinks.base import errors_schema
 
     sink = table_sink(pipeline, table, warehouse)
     if sink.name == "postgres":

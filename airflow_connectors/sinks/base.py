@@ -20,6 +20,24 @@ Kind = Literal["rows", "errors"]
 KINDS: tuple[Kind, ...] = ("rows", "errors")
 
 
+def errors_schema() -> pa.Schema:
+    """The Arrow schema of a dead-letter table, whatever the sink: one row per record
+    that could not be ingested, with where it came from, its raw text and the error."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("connector", pa.string()),
+            ("source_key", pa.string()),
+            ("record_number", pa.int64()),
+            ("line_number", pa.int64()),
+            ("raw_text", pa.string()),
+            ("error", pa.string()),
+            ("batch_id", pa.int64()),
+        ]
+    )
+
+
 class SinkConfig(StrictConfig):
     """Settings every sink has; a sink's ``Config`` subclasses it."""
 
@@ -103,6 +121,11 @@ class Sink(ABC):
     @abstractmethod
     def discard(self, batch_id: int, attempt: str | None = None) -> None:
         """Drop staged output of an attempt (or every attempt of the batch)."""
+
+    def schema(self, kind: Kind = "rows") -> pa.Schema:
+        """The Arrow schema of the table's rows (or of its dead letters,
+        :func:`errors_schema`) as the sink stores them."""
+        return self.table.arrow_schema() if kind == "rows" else errors_schema()
 
     def unstorable(self, table: pa.Table) -> list[tuple[int, str]]:
         """The rows of ``table`` (in the table's Arrow schema) that this sink cannot

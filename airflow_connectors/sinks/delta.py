@@ -34,7 +34,6 @@ import contextlib
 import json
 import os
 import time
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,6 +42,7 @@ from pydantic import Field
 from airflow_connectors import failpoints
 from airflow_connectors.sinks import _fs
 from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkConfig, SinkUnwritable
+from airflow_connectors.sinks.parts import ParquetPart, blocker
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -109,85 +109,6 @@ def _why(e: BaseException) -> str:
     return mask_text(text, [v for v in secrets if v])
 
 
-# --- part writer (executors) ------------------------------------------------------
-
-
-class _DeltaPart(PartWriter):
-    """Parquet files ``part-<part>-<seq>.parquet`` in the attempt's folder of the table;
-    a new file is started once one reaches ``target_file_size``."""
-
-    def __init__(self, folder: str, part: int, compression: str, target: int) -> None:
-        self.fs, self.folder = _fs.filesystem(folder)
-        self.uri = folder
-        self.local = not _fs.is_object_store(folder)
-        self.part = part
-        self.compression = compression
-        self.target = target
-        self.rows = 0
-        self.files: list[str] = []  # finished files
-        self._writer: Any = None
-        self._stream: Any = None
-        self._path = ""  # the file being written (a hidden temporary name when local)
-
-    def _open(self, schema: pa.Schema) -> None:
-        import pyarrow.parquet as pq
-
-        name = f"part-{self.part:05d}-{len(self.files):03d}.parquet"
-        final = f"{self.folder}/{name}"
-        if self.local:
-            os.makedirs(self.folder, exist_ok=True)
-            self._path = f"{self.folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
-        else:
-            self._path = final
-        self._stream = self.fs.open_output_stream(self._path)
-        self._writer = pq.ParquetWriter(self._stream, schema, compression=self.compression)
-        self.files.append(final)
-
-    def _finish(self) -> None:
-        if self._writer is None:
-            return
-        self._writer.close()
-        self._stream.close()
-        self._writer = self._stream = None
-        if self.local:
-            os.replace(self._path, self.files[-1])
-
-    def write(self, table: pa.Table) -> None:
-        """Append rows; rolls over to a new file past the target size."""
-        if table.num_rows == 0:
-            return
-        try:
-            if self._writer is None:
-                self._open(table.schema)
-            self._writer.write_table(table, row_group_size=1 << 20)
-            if self._stream.tell() >= self.target:
-                self._finish()
-        except OSError as e:
-            raise SinkUnwritable(f"{_fs.describe_error(self.uri, e)}; {REMEDY}") from e
-        self.rows += table.num_rows
-
-    def close(self) -> int:
-        """Finish the last file; returns rows written."""
-        try:
-            self._finish()
-        except OSError as e:
-            raise SinkUnwritable(f"{_fs.describe_error(self.uri, e)}; {REMEDY}") from e
-        return self.rows
-
-    def abort(self) -> None:
-        """Remove every file of this part."""
-        if self._writer is not None:
-            with contextlib.suppress(Exception):
-                self._writer.close()
-                self._stream.close()
-            self._writer = self._stream = None
-        doomed = [*self.files, self._path] if self.local else self.files
-        for path in doomed:
-            with contextlib.suppress(OSError):
-                self.fs.delete_file(path)
-        self.files, self.rows = [], 0
-
-
 # --- the sink (driver) --------------------------------------------------------------
 
 
@@ -224,12 +145,6 @@ class DeltaSink(Sink):
     def app_id(self) -> str:
         """The Delta app transaction id of this sink's connector."""
         return f"{self.pipeline}.{self.table.name}.{self.connector or 'sink'}"
-
-    def schema(self, kind: Kind = "rows") -> pa.Schema:
-        """The Arrow schema of the table (or of its dead-letter table)."""
-        from airflow_connectors.sinks.parquet import errors_schema
-
-        return self.table.arrow_schema() if kind == "rows" else errors_schema()
 
     def _attempt_dir(self, kind: Kind, batch_id: int, attempt: str | None = None) -> str:
         batch = _fs.join(self.location(kind), f"batch-{batch_id:010d}")
@@ -308,16 +223,9 @@ class DeltaSink(Sink):
                     "or point the warehouse or the table's sink path at an existing one"
                 )
             return
-        probe = uri
-        while not os.path.lexists(probe):
-            parent = os.path.dirname(probe)
-            if parent == probe:
-                break
-            probe = parent
-        if not os.path.isdir(probe):
-            raise SinkUnwritable(f"{where}: {probe} is a file, not a folder; {REMEDY}")
-        if not os.access(probe, os.W_OK | os.X_OK):
-            raise SinkUnwritable(f"{where}: {probe} is not writable; {REMEDY}")
+        reason = blocker(uri)
+        if reason is not None:
+            raise SinkUnwritable(f"{where}: {reason}; {REMEDY}")
 
     def _open(self, kind: Kind) -> DeltaTable | None:
         """The Delta table at ``location(kind)``, or None when there is none yet."""
@@ -364,11 +272,13 @@ class DeltaSink(Sink):
     def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:
         """Parquet files of part ``part`` in ``<table>/batch-<id>/<attempt>/`` (invisible
         to readers until the batch's commit lists them)."""
-        return _DeltaPart(
-            self._attempt_dir(kind, batch_id, attempt),
-            part,
-            self.config.compression,
-            self.config.target_file_size,
+        folder = self._attempt_dir(kind, batch_id, attempt)
+        return ParquetPart(
+            folder,
+            lambda n: f"part-{part:05d}-{n:03d}.parquet",
+            compression=self.config.compression,
+            target=self.config.target_file_size,
+            failed=lambda e: SinkUnwritable(f"{_fs.describe_error(folder, e)}; {REMEDY}"),
         )
 
     # -- publish -------------------------------------------------------------------

@@ -19,7 +19,6 @@ import contextlib
 import os
 import random
 import time
-import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -28,7 +27,7 @@ from pydantic import Field
 from airflow_connectors import failpoints
 from airflow_connectors.sinks import _fs
 from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkConfig, SinkUnwritable
-from airflow_connectors.sinks.parquet import errors_schema
+from airflow_connectors.sinks.parts import ParquetPart, blocker
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -90,87 +89,6 @@ def file_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-class _IcebergPart(PartWriter):
-    """One part's Parquet files under the attempt's folder; a new file starts once the
-    current one reached ``target_file_size``."""
-
-    def __init__(
-        self, folder: str, part: int, schema: pa.Schema, config: IcebergSinkConfig
-    ) -> None:
-        self.folder = folder
-        self.part = part
-        self.schema = schema
-        self.config = config
-        self.fs, self.root = _fs.filesystem(folder)
-        self.local = not _fs.is_s3(self.fs)
-        self.rows = 0
-        self.paths: list[str] = []  # files finished, in the filesystem's path form
-        self._seq = 0
-        self._writer: Any = None
-        self._stream: Any = None
-        self._path = ""  # the file being written (its final path)
-        self._tmp = ""  # locally: the temporary name it is written under
-
-    def _open(self) -> None:
-        import pyarrow.parquet as pq
-
-        self._path = f"{self.root}/part-{self.part:05d}-{self._seq:03d}.parquet"
-        self._seq += 1
-        if self.local:
-            os.makedirs(self.root, exist_ok=True)
-        # Locally a temporary name renamed on close; an S3 upload becomes visible whole.
-        self._tmp = f"{self._path}.{uuid.uuid4().hex[:8]}.tmp" if self.local else self._path
-        self._stream = self.fs.open_output_stream(self._tmp)
-        self._writer = pq.ParquetWriter(
-            self._stream, self.schema, compression=self.config.compression
-        )
-
-    def _finish(self) -> None:
-        self._writer.close()
-        self._stream.close()
-        self._writer = self._stream = None
-        if self._tmp != self._path:
-            os.replace(self._tmp, self._path)
-        self.paths.append(self._path)
-
-    def write(self, table: pa.Table) -> None:
-        """Append rows (cast to the file schema)."""
-        if table.num_rows == 0:
-            return
-        try:
-            if self._writer is None:
-                self._open()
-            self._writer.write_table(table.cast(self.schema), row_group_size=1 << 20)
-            if self._stream.tell() >= self.config.target_file_size:
-                self._finish()
-        except OSError as e:
-            raise SinkUnwritable(_fs.describe_error(self.folder, e)) from e
-        self.rows += table.num_rows
-
-    def close(self) -> int:
-        """Finish the current file; returns the rows written."""
-        if self._writer is not None:
-            try:
-                self._finish()
-            except OSError as e:
-                raise SinkUnwritable(_fs.describe_error(self.folder, e)) from e
-        return self.rows
-
-    def abort(self) -> None:
-        """Drop every file of this part."""
-        if self._writer is not None:
-            with contextlib.suppress(OSError):
-                self._writer.close()
-                self._stream.close()
-            self.paths.append(self._tmp)
-        for path in self.paths:
-            with contextlib.suppress(OSError):
-                self.fs.delete_file(path)
-        self._writer = self._stream = None
-        self.paths = []
-        self.rows = 0
-
-
 class IcebergSink(Sink):
     """Iceberg tables ``<namespace>.<table>`` and ``<namespace>.<table>__errors`` in a
     SQL catalog (the state store's database unless ``catalog_uri``), data and metadata
@@ -204,9 +122,9 @@ class IcebergSink(Sink):
     def _attempt_folder(self, batch_id: int, attempt: str, kind: Kind) -> str:
         return _fs.join(self._batch_folder(batch_id, kind), attempt)
 
-    def schema(self, kind: Kind) -> pa.Schema:
+    def schema(self, kind: Kind = "rows") -> pa.Schema:
         """The Arrow schema of the table's Parquet parts (rows or dead letters)."""
-        return file_schema(self.table.arrow_schema() if kind == "rows" else errors_schema())
+        return file_schema(super().schema(kind))
 
     def marker(self, batch_id: int) -> str:
         """The batch as the snapshot summary names it: ``<connector>:<batch id>``."""
@@ -303,9 +221,7 @@ class IcebergSink(Sink):
         for kind in KINDS:
             location = self.location(kind)
             if not _fs.is_object_store(location):
-                from airflow_connectors.sinks.parquet import _blocker
-
-                reason = _blocker(location)
+                reason = blocker(location)
                 if reason is not None:
                     raise SinkUnwritable(
                         f"table {self.table.name}: cannot write {location}: {reason}; make "
@@ -318,8 +234,12 @@ class IcebergSink(Sink):
     def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:
         """Parquet files ``part-<part>-<n>.parquet`` in the attempt's folder of the table's
         ``data`` folder."""
-        return _IcebergPart(
-            self._attempt_folder(batch_id, attempt, kind), part, self.schema(kind), self.config
+        return ParquetPart(
+            self._attempt_folder(batch_id, attempt, kind),
+            lambda n: f"part-{part:05d}-{n:03d}.parquet",
+            compression=self.config.compression,
+            target=self.config.target_file_size,
+            schema=self.schema(kind),
         )
 
     def publish(self, batch_id: int, attempt: str) -> None:

@@ -21,17 +21,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import uuid
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from airflow_connectors import failpoints
 from airflow_connectors.sinks import _fs
 from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkConfig, SinkUnwritable
-
-if TYPE_CHECKING:
-    import pyarrow as pa
+from airflow_connectors.sinks.parts import ParquetPart, blocker
 
 
 class ParquetSinkConfig(SinkConfig):
@@ -50,24 +47,6 @@ class ParquetSinkConfig(SinkConfig):
     )
 
 
-def errors_schema() -> pa.Schema:
-    """The Arrow schema of a dead-letter table: one row per record that could not be
-    ingested, with where it came from, its raw text and the error."""
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("connector", pa.string()),
-            ("source_key", pa.string()),
-            ("record_number", pa.int64()),
-            ("line_number", pa.int64()),
-            ("raw_text", pa.string()),
-            ("error", pa.string()),
-            ("batch_id", pa.int64()),
-        ]
-    )
-
-
 REMEDY = (
     "make it a writable folder, or point the warehouse (--warehouse, [connectors] "
     "warehouse) or the table's sink path at one"
@@ -77,106 +56,14 @@ REMEDY = (
 REMEDY_URL = "the warehouse (--warehouse, [connectors] warehouse) or the table's sink path"
 
 
-def _blocker(path: str) -> str | None:
-    """Why folder ``path`` cannot be created or written (its nearest existing ancestor
-    is a file, or is not writable), or None."""
-    probe = os.path.abspath(path)
-    while not os.path.lexists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            return None
-        probe = parent
-    if not os.path.isdir(probe):
-        return f"{probe} is a file, not a folder"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} is not writable"
-    return None
-
-
 def unwritable(path: str, cause: OSError | None = None) -> SinkUnwritable:
     """The one-line error for a folder that cannot be written."""
-    reason = _blocker(path)
+    reason = blocker(path)
     if reason is None and cause is not None:
         reason = cause.strerror or str(cause) or type(cause).__name__
         if cause.filename:
             reason += f": {cause.filename}"
     return SinkUnwritable(f"cannot write {path}: {reason or 'unknown error'}; {REMEDY}")
-
-
-class _ParquetPart(PartWriter):
-    """A Parquet part written straight to ``url`` on its filesystem: on an object store
-    an S3 object appears whole when its upload completes, so no temporary name is
-    needed. :class:`_LocalPart` writes a temporary file and renames it instead."""
-
-    def __init__(self, url: str, compression: str) -> None:
-        self.url = url
-        self.fs, self.path = _fs.filesystem(url)
-        #: Where the writer writes (a temporary name for local parts).
-        self.target = self.path
-        self.compression = compression
-        self._writer: Any = None
-        self.rows = 0
-
-    def _failed(self, e: OSError) -> SinkUnwritable:
-        return SinkUnwritable(_fs.describe_error(self.url, e))
-
-    def _opening(self) -> None:
-        """Before the first write (local parts create their folder)."""
-
-    def _closed(self) -> None:
-        """After the writer closed (local parts rename the temporary file)."""
-
-    def write(self, table: pa.Table) -> None:
-        import pyarrow.parquet as pq
-
-        if table.num_rows == 0:
-            return
-        try:
-            if self._writer is None:
-                self._opening()
-                self._writer = pq.ParquetWriter(
-                    self.target, table.schema, compression=self.compression, filesystem=self.fs
-                )
-            self._writer.write_table(table, row_group_size=1 << 20)
-        except OSError as e:
-            raise self._failed(e) from e
-        self.rows += table.num_rows
-
-    def close(self) -> int:
-        if self._writer is not None:
-            try:
-                self._writer.close()
-                self._closed()
-            except OSError as e:
-                raise self._failed(e) from e
-        return self.rows
-
-    def abort(self) -> None:
-        if self._writer is not None:
-            with contextlib.suppress(OSError):
-                self._writer.close()
-            self._writer = None
-            with contextlib.suppress(OSError):
-                self.fs.delete_file(self.target)
-        self.rows = 0
-
-
-class _LocalPart(_ParquetPart):
-    """A part in a local folder: written under a temporary name, renamed on close, so a
-    crashed writer never leaves a half-written ``.parquet`` file."""
-
-    def __init__(self, path: str, compression: str) -> None:
-        super().__init__(path, compression)
-        self.target = f"{self.path}.{uuid.uuid4().hex}.tmp"
-
-    def _failed(self, e: OSError) -> SinkUnwritable:
-        return unwritable(os.path.dirname(self.path), e)
-
-    def _opening(self) -> None:
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-
-    def _closed(self) -> None:
-        os.replace(self.target, self.path)
 
 
 def _file_type() -> Any:
@@ -223,7 +110,7 @@ class ParquetSink(Sink):
         # On the driver, before Spark starts: an unwritable warehouse is one line naming
         # the path, not a failure of every Spark task.
         for path in (self.location("rows"), self.location("errors"), self._staging(batch_id)):
-            reason = _blocker(path)
+            reason = blocker(path)
             if reason is not None:
                 raise SinkUnwritable(
                     f"table {self.table.name}: cannot write {path}: {reason}; {REMEDY}"
@@ -257,14 +144,17 @@ class ParquetSink(Sink):
             ) from e
 
     def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:
-        """A Parquet file ``part-<batch>-<part>.parquet`` in the attempt's staging folder."""
+        """A Parquet file ``part-<batch>-<part>.parquet`` in the attempt's staging folder
+        (one file: the engine starts the next part once this one is big enough)."""
         name = f"part-{batch_id:010d}-{part:05d}.parquet"
+        folder = _fs.join(self._staging(batch_id, attempt), kind)
         if self.on_object_store:
-            return _ParquetPart(
-                _fs.join(self._staging(batch_id, attempt), kind, name), self.config.compression
-            )
-        return _LocalPart(
-            os.path.join(self._staging(batch_id, attempt), kind, name), self.config.compression
+            url = _fs.join(folder, name)
+            failed = lambda e: SinkUnwritable(_fs.describe_error(url, e))  # noqa: E731
+        else:
+            failed = lambda e: unwritable(folder, e)  # noqa: E731
+        return ParquetPart(
+            folder, lambda _: name, compression=self.config.compression, failed=failed
         )
 
     def publish(self, batch_id: int, attempt: str) -> None:

@@ -385,12 +385,6 @@ class PostgresSink(Sink):
             return prefix
         return f"{prefix}{re.sub(r'[^a-z0-9]', '_', attempt.lower())[:24]}_{kind[0]}"
 
-    def schema(self, kind: Kind = "rows") -> pa.Schema:
-        """The Arrow schema of the table's rows (or of its dead letters)."""
-        from airflow_connectors.sinks.parquet import errors_schema
-
-        return self.table.arrow_schema() if kind == "rows" else errors_schema()
-
     # -- DDL -----------------------------------------------------------------------------
 
     def _exists(self, cur: Any, schema: str, name: str) -> bool:

@@ -1,0 +1,136 @@
+"""The Parquet part writer every sink that stages Parquet files uses (``parquet``,
+``delta``, ``iceberg``), and the check that a local folder can be written.
+
+A part is one or more Parquet files in a folder: a new file starts once the current one
+reached ``target`` bytes (``None``: one file per part, the engine rolling to the next
+part instead). Locally a file is written under a hidden temporary name
+(``.<name>.<random>.tmp``) and renamed when it is finished, so a crashed writer never
+leaves a half-written ``.parquet`` file; on an object store it is written in place (an
+upload appears whole when it completes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from airflow_connectors.sinks import _fs
+from airflow_connectors.sinks.base import PartWriter, SinkUnwritable
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+def blocker(path: str) -> str | None:
+    """Why local folder ``path`` cannot be created or written (its nearest existing
+    ancestor is a file, or is not writable), or None."""
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return None
+        probe = parent
+    if not os.path.isdir(probe):
+        return f"{probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
+class ParquetPart(PartWriter):
+    """One part's Parquet files in ``folder`` (a path or URL), named ``name(n)`` for the
+    part's n-th file.
+
+    ``target``: bytes after which the next file starts (None: never). ``schema``: the
+    files' schema, each table cast to it (None: the first table's). ``failed``: the
+    error an ``OSError`` becomes (default: one line naming the folder)."""
+
+    def __init__(
+        self,
+        folder: str,
+        name: Callable[[int], str],
+        *,
+        compression: str,
+        target: int | None = None,
+        schema: pa.Schema | None = None,
+        failed: Callable[[OSError], SinkUnwritable] | None = None,
+    ) -> None:
+        self.url = folder
+        self.fs, self.folder = _fs.filesystem(folder)
+        self.local = not _fs.is_object_store(folder)
+        self.name = name
+        self.compression = compression
+        self.target = target
+        self.schema = schema
+        self.failed = failed or (lambda e: SinkUnwritable(_fs.describe_error(folder, e)))
+        self.rows = 0
+        #: Finished files, in the filesystem's path form.
+        self.files: list[str] = []
+        self._writer: Any = None
+        self._stream: Any = None
+        self._path = ""  # the file being written (its final path)
+        self._tmp = ""  # where it is written (a temporary name when local)
+
+    def _open(self, schema: pa.Schema) -> None:
+        import pyarrow.parquet as pq
+
+        name = self.name(len(self.files))
+        self._path = f"{self.folder}/{name}"
+        if self.local:
+            os.makedirs(self.folder, exist_ok=True)
+            self._tmp = f"{self.folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+        else:
+            self._tmp = self._path
+        self._stream = self.fs.open_output_stream(self._tmp)
+        self._writer = pq.ParquetWriter(self._stream, schema, compression=self.compression)
+
+    def _finish(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._stream.close()
+        self._writer = self._stream = None
+        if self._tmp != self._path:
+            os.replace(self._tmp, self._path)
+        self.files.append(self._path)
+
+    def write(self, table: pa.Table) -> None:
+        """Append rows; starts the next file once the current one reached ``target``."""
+        if table.num_rows == 0:
+            return
+        try:
+            if self.schema is not None:
+                table = table.cast(self.schema)
+            if self._writer is None:
+                self._open(table.schema)
+            self._writer.write_table(table, row_group_size=1 << 20)
+            if self.target is not None and self._stream.tell() >= self.target:
+                self._finish()
+        except OSError as e:
+            raise self.failed(e) from e
+        self.rows += table.num_rows
+
+    def close(self) -> int:
+        """Finish the current file; returns the rows written."""
+        try:
+            self._finish()
+        except OSError as e:
+            raise self.failed(e) from e
+        return self.rows
+
+    def abort(self) -> None:
+        """Remove every file of this part."""
+        doomed = list(self.files)
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+                self._stream.close()
+            doomed.append(self._tmp)
+        for path in doomed:
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(path)
+        self._writer = self._stream = None
+        self.files, self.rows = [], 0
