@@ -1,6 +1,6 @@
 """Session fixtures that start real components once: Spark (local[2]), PostgreSQL
-schemas, an HTTP server with Range support, an S3 server (moto) and a Kafka broker on
-127.0.0.1."""
+schemas, an HTTP server with Range support, an S3 server (moto), a GCS emulator
+(fake-gcs-server) and a Kafka broker on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -200,6 +200,22 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def azure_container(azurite: Any) -> str:
     """A fresh, empty container on the session's Azurite."""
     return azurite.create_container(f"t-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """fake-gcs-server on 127.0.0.1 for the whole session (in memory; see
+    :mod:`airflow_connectors.testing.gcs`); tests create buckets of their own."""
+    from airflow_connectors.testing.gcs import GcsServer
+
+    with GcsServer(log=tmp_path_factory.mktemp("gcs") / "fake-gcs-server.log") as server:
+        yield server
+
+
+@pytest.fixture
+def gcs_bucket(gcs_server: Any) -> str:
+    """A fresh, empty bucket on the session's GCS emulator."""
+    return str(gcs_server.create_bucket(f"t-{uuid.uuid4().hex[:12]}"))
 
 
 @pytest.fixture(scope="session")
