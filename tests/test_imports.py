@@ -116,13 +116,7 @@ TEST_SUPPORT = "airflow_connectors.testing"
 #: Pairs that still import each other, with the work that removes them. Empty when the
 #: house is in order; a pair listed here that no longer imports each other fails too,
 #: so the list cannot go stale.
-KNOWN_MUTUAL: frozenset[frozenset[str]] = frozenset(
-    {
-        # Issue 23: the connection layer (airflow_connectors/connections/, helper A) takes
-        # the S3 config typing out of _s3.py, and s3_input becomes a listing source.
-        frozenset({"airflow_connectors.transports._s3", "airflow_connectors.transports.s3_input"}),
-    }
-)
+KNOWN_MUTUAL: frozenset[frozenset[str]] = frozenset()
 
 
 def package_modules() -> dict[str, Path]:
