@@ -30,12 +30,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from pydantic import BaseModel, Field, model_validator
+
 from airflow_connectors.connections.base import AirflowConnection, ConnectionProblem, lookup
 
 #: The Google provider's connection type, and what the Airflow UI calls it.
 CONN_TYPE = "google_cloud_platform"
 KIND = "Google Cloud"
 _PREFIX = f"extra__{CONN_TYPE}__"
+_ADC_VARIABLE = "GOOGLE_APPLICATION_CREDENTIALS"
 #: Environment variables :meth:`GcpSettings.from_environment` reads; what executors need.
 GCP_VARIABLES = ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT", "STORAGE_EMULATOR_HOST")
 
@@ -149,8 +152,11 @@ class GcpSettings:
         )
 
     def pyarrow_filesystem(self) -> Any:
-        """A ``pyarrow.fs.GcsFileSystem`` with these settings. A key is exchanged for an
-        access token (valid for an hour: long enough for one batch's writer)."""
+        """A ``pyarrow.fs.GcsFileSystem`` with these settings. The key that
+        ``GOOGLE_APPLICATION_CREDENTIALS`` names, or none, is pyarrow's own Application
+        Default Credentials; another key is exchanged for an access token here (valid
+        for an hour: long enough for one batch's writer, so do not keep the filesystem
+        longer)."""
         from pyarrow import fs as pafs
 
         kwargs: dict[str, Any] = {}
@@ -161,6 +167,8 @@ class GcpSettings:
             kwargs["project_id"] = self.project
         if self.anonymous:
             return pafs.GcsFileSystem(anonymous=True, **kwargs)
+        if self.keyfile_dict is None and self.key_path == os.environ.get(_ADC_VARIABLE):
+            return pafs.GcsFileSystem(**kwargs)  # pyarrow reads that key and renews tokens
         creds = self.credentials()
         if creds is not None:
             import google.auth.transport.requests
@@ -237,8 +245,8 @@ def gcp_settings(conn_id: str | None, *, who: str = "", field: str = "gcp_conn_i
     )
     if conn.conn_type not in (None, CONN_TYPE, "gcpbigquery", "gcp"):
         raise ConnectionProblem(
-            f"{who + ': ' if who else ''}{field} {conn_id!r} is a {conn.conn_type!r} "
-            f"connection; expected a Google Cloud one (conn_type {CONN_TYPE})"
+            f"{who + ': ' if who else ''}{field} {conn_id!r} has conn_type "
+            f"{conn.conn_type!r}; expected a Google Cloud connection (conn_type {CONN_TYPE})"
         )
     return GcpSettings.from_connection(conn, who=who)
 
@@ -256,3 +264,42 @@ def _text(value: Any) -> str | None:
 
 def _flag(value: Any) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+class GcpConfigFields(BaseModel):
+    """The config fields that say how to reach Cloud Storage, declared once for every
+    transport and sink that reads or writes it: one way of authenticating (an Airflow
+    connection, a key file, anonymous; none: the Google environment and Application
+    Default Credentials) and an endpoint. Mixed into a ``StrictConfig``."""
+
+    gcp_conn_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description="An Airflow Google Cloud connection (conn_type google_cloud_platform): "
+        "its extra's keyfile_dict or key_path, project, is_anonymous and endpoint_url. "
+        "Resolved by Airflow in Airflow tasks, else from the AIRFLOW_CONN_<ID> variable. "
+        "Unset: GOOGLE_APPLICATION_CREDENTIALS, else Application Default Credentials.",
+    )
+    key_path: str | None = Field(
+        default=None,
+        description="The path of a service-account key file, instead of a connection.",
+    )
+    anonymous: bool = Field(
+        default=False, description="Send no credentials (public buckets, emulators)."
+    )
+    endpoint_url: str | None = Field(
+        default=None,
+        description="Another endpoint than Google's, such as an emulator on "
+        "http://127.0.0.1:4443; unset: the connection's endpoint_url, else "
+        "STORAGE_EMULATOR_HOST, else Google.",
+    )
+
+    @model_validator(mode="after")
+    def _one_gcp_credential(self) -> GcpConfigFields:
+        if sum([self.gcp_conn_id is not None, self.key_path is not None, self.anonymous]) > 1:
+            raise ValueError("set one way of authenticating: gcp_conn_id, key_path or anonymous")
+        return self
+
+    def gcp_settings(self, who: str = "") -> GcpSettings:
+        """These fields resolved (:meth:`GcpSettings.resolve`)."""
+        return GcpSettings.resolve(self, who=who)
