@@ -83,7 +83,7 @@ def _column(name: str, type_text: str, nullable: bool) -> ColumnSpec:
 def item_fields(seen: Mapping[str, list[pa.DataType]]) -> dict[str, list[str]]:
     """A work item's new fields for the driver (inside the Spark task): each with the
     SQL type texts of its values, or ``"!<what>"`` for values no column type holds."""
-    from airflow_connectors.engine.schema import arrow_to_sql
+    from airflow_connectors.formats.inference import arrow_to_sql
 
     out: dict[str, list[str]] = {}
     for name, types in seen.items():

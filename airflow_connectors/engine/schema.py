@@ -9,66 +9,42 @@ store (:mod:`airflow_connectors.state.schemas`), with the sampled objects as its
 Later discoveries, batches and views use the latest stored version
 (:func:`effective_table`); they never infer again.
 
-What each format infers (every inferred column is nullable; a hint may say NOT NULL):
-
-- ``json``: the records' top-level fields in order of first appearance (``insert``
-  of ``update_format: insert_delete``, the elements of ``array: true``). true/false ->
-  BOOLEAN; integers -> BIGINT (beyond BIGINT: DECIMAL(38, 0)); numbers with a fraction
-  or exponent (also mixed with integers) -> DOUBLE; strings -> DATE when every value is
-  ``YYYY-MM-DD``, TIMESTAMP when every value is an ISO 8601 date-time, else VARCHAR.
-- ``csv`` (``headers: true`` only: the header names the columns; every sampled file
-  must have the same header): types as pyarrow's CSV reader infers them (integers,
-  floats, booleans, dates, times, timestamps, else VARCHAR); nulls as the format reads
-  them (empty, ``NULL``, ``null``).
-- ``parquet``, ``avro``: the files' own schemas, columns in file order (the union over
-  the sampled files, in order of first appearance).
-
-A field whose values are only null becomes VARCHAR. A field holding nested values
-(objects, arrays, Parquet structs and lists, Avro records, arrays and maps) or values
-of conflicting kinds (a number in one record and a string in another) has no SQL type
-the formats could read it into: inference fails with one line naming the table, the
-field and an object where it was seen, and asks for a ``schema_hints`` entry (a hinted
-field is not inferred) or declared columns. Nothing is typed by guessing.
+What a format infers is its own (``Format.infer_fields`` of each format in
+:mod:`airflow_connectors.formats`: ``json``'s fields and their values, ``csv``'s header
+and pyarrow's types, ``parquet``'s and ``avro``'s own schemas); how fields merge across
+records and objects, and when inference refuses to guess, is
+:mod:`airflow_connectors.formats.inference`. Every inferred column is nullable; a hint
+may say NOT NULL.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import io
-import json
 import logging
-import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from airflow_connectors.catalog import PLUGINS
+from airflow_connectors.formats import FORMATS
+from airflow_connectors.formats.inference import InferredFields, SchemaInferenceError, arrow_to_sql
 from airflow_connectors.spec.models import RESCUED_DATA, ColumnSpec, ConnectorSpec, TableSpec
 from airflow_connectors.spec.types import SqlType, parse_type
 from airflow_connectors.state.schemas import SchemaConflict, SchemaVersion
 from airflow_connectors.transports import Limits, WorkItem
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from airflow_connectors.engine.context import BatchContext
+    from airflow_connectors.formats import Format
     from airflow_connectors.state.store import StateStore
     from airflow_connectors.transports import Transport
 
 log = logging.getLogger(__name__)
 
-#: Formats whose data says what its columns are (``raw`` has one declared column).
-INFERRING_FORMATS = ("json", "csv", "parquet", "avro")
-#: Formats that must read a whole object to know its schema (the footer).
-_WHOLE_OBJECT_FORMATS = ("parquet",)
 DEFAULT_SAMPLE_FILES = 50
 DEFAULT_SAMPLE_BYTES = 64 << 20
-
-
-class SchemaInferenceError(ValueError):
-    """The sample cannot be typed: one line naming the table, the field or object, what
-    was found and what to do."""
 
 
 @dataclass(frozen=True)
@@ -238,26 +214,29 @@ def infer_columns(
     None when there is nothing to read (no items, or only empty objects)."""
     fmt = connector.format
     where = f"table {table.name!r} connector {connector.name!r}"
-    if fmt is None or fmt.name not in INFERRING_FORMATS:
+    fcls: type[Format] | None = FORMATS.get(fmt.name) if fmt is not None else None
+    if fmt is None or fcls is None or not fcls.infers_schema:
         raise SchemaInferenceError(
             f"{where}: the columns cannot be inferred from "
             f"{'format ' + repr(fmt.name) if fmt else 'transport ' + repr(connector.transport.name)}"
-            f"; declare the table's columns (inference reads {', '.join(INFERRING_FORMATS)})"
+            f"; declare the table's columns (inference reads "
+            f"{', '.join(PLUGINS.inferring_formats())})"
         )
-    fields = _Fields(where, set(table.schema_hints), text=fmt.name == "csv")
+    config = fcls.Config.model_validate(fmt.config)
+    fields = InferredFields(where, set(table.schema_hints), text=fcls.infers_text_values)
     sampled: list[str] = []
     budget = bounds.bytes
     for item in items[: bounds.files]:
         if budget <= 0:
             break
-        data = _read(transport, item, budget, whole=fmt.name in _WHOLE_OBJECT_FORMATS)
+        data = _read(transport, item, budget, whole=fcls.infers_from_whole_objects)
         if data is None:
             break  # an object beyond the byte bound is not read
         budget -= len(data)
         if not data.strip():
             continue
         sampled.append(item.key)
-        _infer_object(fmt.name, fmt.config, data, item.key, fields)
+        fcls.infer_fields(config, data, item.key, fields)
     columns = apply_hints(table, fields.columns())
     if not sampled:
         return None
@@ -311,365 +290,6 @@ def _read(transport: Transport, item: WorkItem, budget: int, *, whole: bool) -> 
         if close is not None:
             close()
     return bytes(out)
-
-
-def _infer_object(fmt: str, config: Mapping[str, Any], data: bytes, key: str, f: _Fields) -> None:
-    if fmt == "json":
-        _infer_json(config, data, key, f)
-    elif fmt == "csv":
-        _infer_csv(config, data, key, f)
-    elif fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        f.add_arrow(pq.ParquetFile(io.BytesIO(data)).schema_arrow, key)
-    else:
-        _infer_avro(config, data, key, f)
-
-
-class _Fields:
-    """The fields seen so far with their types, merged across records and objects."""
-
-    def __init__(self, where: str, hinted: set[str], *, text: bool) -> None:
-        self.where = where
-        #: The format's values are text (CSV): fields of different kinds become VARCHAR.
-        self.text = text
-        self.hinted = {h.lower() for h in hinted}
-        #: JSON strings per folded field name, typed together at the end (:meth:`columns`).
-        self.strings: dict[str, list[str]] = {}
-        self.order: dict[str, str] = {}  # folded name -> name as first seen
-        self.types: dict[str, SqlType | None] = {}  # None: only nulls so far
-        self.seen_in: dict[str, str] = {}
-
-    def add(self, name: str, sql_type: SqlType | None, key: str, what: str = "") -> None:
-        """Merge one field's type (None: a null) seen in object ``key``."""
-        folded = name.lower()
-        if folded not in self.order:
-            if not name.strip():
-                raise SchemaInferenceError(
-                    f"{self.where}: {key} has a field with an empty name; give the field a "
-                    "name or declare the table's columns"
-                )
-            self.order[folded] = name
-            self.types[folded] = None
-            self.seen_in[folded] = key
-        elif self.order[folded] != name:
-            raise SchemaInferenceError(
-                f"{self.where}: fields {self.order[folded]!r} and {name!r} ({key}) differ only "
-                "in case; Spark and DuckDB read column names case-insensitively: rename one "
-                "or declare the table's columns"
-            )
-        if folded in self.hinted:
-            return
-        if what:
-            self._untypable(name, key, what)
-        self.types[folded] = self._merge(name, self.types[folded], sql_type, key)
-
-    def add_arrow(self, schema: pa.Schema, key: str) -> None:
-        """Every field of an Arrow schema (Parquet, CSV)."""
-        for fld in schema:
-            t, what = arrow_to_sql(fld.type)
-            self.add(fld.name, t, key, what)
-
-    def _untypable(self, name: str, key: str, what: str) -> None:
-        raise SchemaInferenceError(
-            f"{self.where}: field {name!r} holds {what} in {key}, which no column type "
-            f"holds; set its type in schema_hints (e.g. schema_hints: {{{name}: VARCHAR}}) "
-            "or declare the table's columns"
-        )
-
-    def _merge(self, name: str, a: SqlType | None, b: SqlType | None, key: str) -> SqlType | None:
-        if a is None or a == b:
-            return b
-        if b is None:
-            return a
-        numeric = ("TINYINT", "SMALLINT", "INT", "BIGINT", "REAL", "DOUBLE")
-        if a.kind in numeric and b.kind in numeric:
-            if a.is_integer and b.is_integer:
-                return max(a, b, key=lambda t: numeric.index(t.kind))
-            return SqlType("DOUBLE")
-        if {a.kind, b.kind} == {"DATE", "TIMESTAMP"}:
-            return SqlType("TIMESTAMP")
-        if self.text:
-            return SqlType("VARCHAR")  # any CSV field is VARCHAR text
-        if a.kind == "DECIMAL" and b.kind == "DECIMAL":
-            scale = max(a.scale or 0, b.scale or 0)
-            whole = max((a.precision or 0) - (a.scale or 0), (b.precision or 0) - (b.scale or 0))
-            return SqlType("DECIMAL", min(38, whole + scale), scale)
-        raise SchemaInferenceError(
-            f"{self.where}: field {name!r} is {a} in {self.seen_in[name.lower()]} but {b} in "
-            f"{key}; set its type in schema_hints (e.g. schema_hints: {{{name}: VARCHAR}}) or "
-            "declare the table's columns"
-        )
-
-    def columns(self) -> list[ColumnSpec]:
-        """The inferred columns in order of first appearance; only-null fields are
-        VARCHAR; hinted fields get their hint later (:func:`apply_hints`)."""
-        for folded, values in self.strings.items():
-            self.add(self.order[folded], _string_type(values), self.seen_in[folded])
-        self.strings = {}
-        return [
-            ColumnSpec(name=name, type=self.types[folded] or SqlType("VARCHAR"), nullable=True)
-            for folded, name in self.order.items()
-        ]
-
-
-def arrow_to_sql(t: pa.DataType) -> tuple[SqlType | None, str]:
-    """The SQL type of an Arrow type, or (None, what it is) when no column type holds
-    it; (None, "") for the null type."""
-    import pyarrow as pa
-
-    checks: list[tuple[Any, str]] = [
-        (pa.types.is_boolean, "BOOLEAN"),
-        (pa.types.is_int8, "TINYINT"),
-        (pa.types.is_int16, "SMALLINT"),
-        (pa.types.is_uint8, "SMALLINT"),
-        (pa.types.is_int32, "INT"),
-        (pa.types.is_uint16, "INT"),
-        (pa.types.is_int64, "BIGINT"),
-        (pa.types.is_uint32, "BIGINT"),
-        (pa.types.is_float16, "REAL"),
-        (pa.types.is_float32, "REAL"),
-        (pa.types.is_float64, "DOUBLE"),
-        (pa.types.is_string, "VARCHAR"),
-        (pa.types.is_large_string, "VARCHAR"),
-        (pa.types.is_binary, "VARCHAR"),
-        (pa.types.is_large_binary, "VARCHAR"),
-        (pa.types.is_date, "DATE"),
-        (pa.types.is_time, "TIME"),
-        (pa.types.is_timestamp, "TIMESTAMP"),
-    ]
-    if pa.types.is_dictionary(t):
-        return arrow_to_sql(t.value_type)
-    if pa.types.is_null(t):
-        return None, ""
-    for check, kind in checks:
-        if check(t):
-            return SqlType(kind), ""
-    if pa.types.is_uint64(t):
-        return SqlType("DECIMAL", 20, 0), ""
-    if pa.types.is_decimal(t) and t.precision <= 38:
-        return SqlType("DECIMAL", t.precision, t.scale), ""
-    return None, f"values of type {t}"
-
-
-# --- JSON -------------------------------------------------------------------------------
-
-_DATE = re.compile(r"^\d{4}-\d\d-\d\d$")
-_DATETIME = re.compile(
-    r"^\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:\.\d{1,6})?)?(?:Z|[+-]\d\d(?::?\d\d)?)?)?$"
-)
-_BIGINT = (-(2**63), 2**63 - 1)
-
-
-def _json_records(config: Mapping[str, Any], data: bytes, key: str, where: str) -> Iterator[Any]:
-    """The records of a JSON object's bytes (a cut last record is left out)."""
-    text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
-    if config.get("array"):
-        try:
-            doc = json.loads(text)
-        except ValueError:
-            # A cut array (the byte bound): the complete elements before the cut.
-            doc = _array_prefix(text)
-        if not isinstance(doc, list):
-            raise SchemaInferenceError(
-                f"{where}: {key} is not a JSON array but the format says array: true"
-            )
-        yield from doc
-        return
-    decoder = json.JSONDecoder()
-    pos, n = 0, len(text)
-    while True:
-        while pos < n and text[pos] in " \t\r\n":
-            pos += 1
-        if pos >= n:
-            return
-        try:
-            rec, pos = decoder.raw_decode(text, pos)
-        except ValueError:
-            # A broken record: skip to the next line (the format makes it a dead letter).
-            nl = text.find("\n", pos)
-            if nl < 0:
-                return
-            pos = nl + 1
-            continue
-        yield rec
-
-
-def _array_prefix(text: str) -> list[Any]:
-    decoder = json.JSONDecoder()
-    out: list[Any] = []
-    pos = text.find("[") + 1
-    while pos > 0:
-        while pos < len(text) and text[pos] in " \t\r\n,":
-            pos += 1
-        try:
-            rec, pos = decoder.raw_decode(text, pos)
-        except ValueError:
-            break
-        out.append(rec)
-    return out
-
-
-def _infer_json(config: Mapping[str, Any], data: bytes, key: str, f: _Fields) -> None:
-    insert_delete = config.get("update_format", "insert_delete") == "insert_delete"
-    for rec in _json_records(config, data, key, f.where):
-        if insert_delete and isinstance(rec, dict):
-            rec = rec.get("insert")
-            if rec is None:
-                continue  # a delete: its fields are the inserted ones
-        if not isinstance(rec, dict):
-            continue  # not a record: the format makes it a dead letter
-        for name, value in rec.items():
-            if isinstance(value, str):
-                f.add(name, None, key)  # typed at the end, from all its strings
-                f.strings.setdefault(name.lower(), []).append(value)
-                continue
-            t, what = _json_type(value)
-            f.add(name, t, key, what)
-
-
-def _json_type(value: Any) -> tuple[SqlType | None, str]:
-    if value is None:
-        return None, ""
-    if isinstance(value, bool):
-        return SqlType("BOOLEAN"), ""
-    if isinstance(value, int):
-        if _BIGINT[0] <= value <= _BIGINT[1]:
-            return SqlType("BIGINT"), ""
-        if len(str(abs(value))) <= 38:
-            return SqlType("DECIMAL", 38, 0), ""
-        return None, "an integer of more than 38 digits"
-    if isinstance(value, float):
-        return SqlType("DOUBLE"), ""
-    return None, "a JSON object" if isinstance(value, dict) else "a JSON array"
-
-
-def _string_type(values: list[str]) -> SqlType:
-    def all_match(pattern: re.Pattern[str], parse: Any) -> bool:
-        for v in values:
-            if not pattern.match(v):
-                return False
-            try:
-                parse(v)
-            except ValueError:
-                return False
-        return True
-
-    if all_match(_DATE, dt.date.fromisoformat):
-        return SqlType("DATE")
-    if all_match(_DATETIME, dt.datetime.fromisoformat):  # also a date alone: midnight
-        return SqlType("TIMESTAMP")
-    return SqlType("VARCHAR")
-
-
-# --- CSV, Avro --------------------------------------------------------------------------
-
-
-def _infer_csv(config: Mapping[str, Any], data: bytes, key: str, f: _Fields) -> None:
-    import pyarrow as pa
-    import pyarrow.csv as pc
-
-    if not config.get("headers"):
-        raise SchemaInferenceError(
-            f"{f.where}: CSV without a header has no column names to infer; set "
-            "headers: true in the format config or declare the table's columns"
-        )
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    last = data.rfind(b"\n")
-    if last >= 0 and not data.endswith(b"\n"):
-        data = data[: last + 1]  # a record cut by the byte bound is left out
-    try:
-        read = pc.read_csv(
-            io.BytesIO(data),
-            # One block: the types fit every sampled row, not only the first block's.
-            read_options=pc.ReadOptions(block_size=max(1 << 20, len(data) + 1)),
-            parse_options=pc.ParseOptions(
-                delimiter=config.get("delimiter", ","),
-                quote_char=config.get("quote", '"'),
-                newlines_in_values=True,
-            ),
-            convert_options=pc.ConvertOptions(
-                null_values=["", "NULL", "null"],
-                true_values=["true", "True", "TRUE"],
-                false_values=["false", "False", "FALSE"],
-                strings_can_be_null=True,
-            ),
-        )
-    except pa.ArrowInvalid as e:
-        raise SchemaInferenceError(
-            f"{f.where}: cannot infer columns from {key} as CSV "
-            f"({str(e).splitlines()[0]}); fix the file or declare the table's columns"
-        ) from None
-    header = [fl.name for fl in read.schema]
-    if f.order and [n.lower() for n in header] != list(f.order):
-        raise SchemaInferenceError(
-            f"{f.where}: the header of {key} ({', '.join(header)}) differs from the first "
-            f"sampled file's ({', '.join(f.order.values())}); CSV fields are matched to "
-            "columns by position: give the files one header or declare the table's columns"
-        )
-    f.add_arrow(read.schema, key)
-
-
-_AVRO_SIMPLE = {
-    "boolean": "BOOLEAN",
-    "int": "INT",
-    "long": "BIGINT",
-    "float": "REAL",
-    "double": "DOUBLE",
-    "string": "VARCHAR",
-    "bytes": "VARCHAR",
-    "enum": "VARCHAR",
-}
-_AVRO_LOGICAL = {
-    "date": "DATE",
-    "time-millis": "TIME",
-    "time-micros": "TIME",
-    "timestamp-millis": "TIMESTAMP",
-    "timestamp-micros": "TIMESTAMP",
-    "local-timestamp-millis": "TIMESTAMP",
-    "local-timestamp-micros": "TIMESTAMP",
-}
-
-
-def _infer_avro(config: Mapping[str, Any], data: bytes, key: str, f: _Fields) -> None:
-    import fastavro
-
-    if config.get("avro_schema"):
-        schema: Any = json.loads(str(config["avro_schema"]))
-    else:
-        try:
-            schema = fastavro.reader(io.BytesIO(data)).writer_schema
-        except Exception as e:
-            raise SchemaInferenceError(
-                f"{f.where}: cannot read the Avro schema of {key} ({e}); give the schema as "
-                "avro_schema in the format config or declare the table's columns"
-            ) from None
-    if not isinstance(schema, dict) or schema.get("type") != "record":
-        raise SchemaInferenceError(f"{f.where}: the Avro schema of {key} is not a record")
-    for fld in schema.get("fields", []):
-        t, what = _avro_type(fld.get("type"))
-        f.add(str(fld["name"]), t, key, what)
-
-
-def _avro_type(t: Any) -> tuple[SqlType | None, str]:
-    if isinstance(t, list):
-        branches = [b for b in t if b != "null"]
-        if len(branches) != 1:
-            return (None, "") if not branches else (None, f"the Avro union {json.dumps(t)}")
-        return _avro_type(branches[0])
-    if isinstance(t, dict):
-        logical = t.get("logicalType")
-        if logical == "decimal":
-            return SqlType("DECIMAL", int(t["precision"]), int(t.get("scale", 0))), ""
-        if logical in _AVRO_LOGICAL:
-            return SqlType(_AVRO_LOGICAL[logical]), ""
-        return _avro_type(t.get("type"))
-    if t == "null":
-        return None, ""
-    if t in _AVRO_SIMPLE:
-        return SqlType(_AVRO_SIMPLE[t]), ""
-    return None, f"an Avro {t}"
 
 
 # --- views (CLI, REST) ------------------------------------------------------------------
@@ -728,7 +348,6 @@ def schema_view(
 
 
 __all__ = [
-    "INFERRING_FORMATS",
     "Inferred",
     "SampleBounds",
     "SchemaInferenceError",

@@ -36,7 +36,9 @@ from airflow_connectors.formats.base import (
     conform_evolving,
     isolate,
 )
+from airflow_connectors.formats.inference import InferredFields, SchemaInferenceError
 from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.spec.types import SqlType
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -117,6 +119,7 @@ class AvroFormat(Format):
     name = "avro"
     Config = AvroConfig
     config: AvroConfig
+    infers_schema = True
 
     def __init__(self, config: StrictConfig, table: TableSpec) -> None:
         super().__init__(config, table)
@@ -124,6 +127,32 @@ class AvroFormat(Format):
         self.parsed: Any = None
         if self.config.avro_schema is not None:
             self.parsed = _parse(self.config.avro_schema)
+
+    @classmethod
+    def infer_fields(
+        cls, config: StrictConfig, data: bytes, key: str, fields: InferredFields
+    ) -> None:
+        """The fields of the writer schema (``schema`` of the config, else the object
+        container's own), in schema order; logical types (decimal, date, time,
+        timestamp) as their SQL types; a union with null as its other branch."""
+        assert isinstance(config, AvroConfig)
+        import fastavro
+
+        if config.avro_schema:
+            schema: Any = json.loads(config.avro_schema)
+        else:
+            try:
+                schema = fastavro.reader(io.BytesIO(data)).writer_schema
+            except Exception as e:
+                raise SchemaInferenceError(
+                    f"{fields.where}: cannot read the Avro schema of {key} ({e}); give the "
+                    "writer schema as the format config's schema, or declare the table's columns"
+                ) from None
+        if not isinstance(schema, dict) or schema.get("type") != "record":
+            raise SchemaInferenceError(f"{fields.where}: the Avro schema of {key} is not a record")
+        for fld in schema.get("fields", []):
+            t, what = _avro_type(fld.get("type"))
+            fields.add(str(fld["name"]), t, key, what)
 
     @classmethod
     def check_table(cls, config: StrictConfig, table: TableSpec) -> None:
@@ -535,3 +564,46 @@ def _json_value(value: Any) -> Any:
 def _cause(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+# --- schema inference -------------------------------------------------------------------
+
+_AVRO_SIMPLE = {
+    "boolean": "BOOLEAN",
+    "int": "INT",
+    "long": "BIGINT",
+    "float": "REAL",
+    "double": "DOUBLE",
+    "string": "VARCHAR",
+    "bytes": "VARCHAR",
+    "enum": "VARCHAR",
+}
+_AVRO_LOGICAL = {
+    "date": "DATE",
+    "time-millis": "TIME",
+    "time-micros": "TIME",
+    "timestamp-millis": "TIMESTAMP",
+    "timestamp-micros": "TIMESTAMP",
+    "local-timestamp-millis": "TIMESTAMP",
+    "local-timestamp-micros": "TIMESTAMP",
+}
+
+
+def _avro_type(t: Any) -> tuple[SqlType | None, str]:
+    if isinstance(t, list):
+        branches = [b for b in t if b != "null"]
+        if len(branches) != 1:
+            return (None, "") if not branches else (None, f"the Avro union {json.dumps(t)}")
+        return _avro_type(branches[0])
+    if isinstance(t, dict):
+        logical = t.get("logicalType")
+        if logical == "decimal":
+            return SqlType("DECIMAL", int(t["precision"]), int(t.get("scale", 0))), ""
+        if logical in _AVRO_LOGICAL:
+            return SqlType(_AVRO_LOGICAL[logical]), ""
+        return _avro_type(t.get("type"))
+    if t == "null":
+        return None, ""
+    if t in _AVRO_SIMPLE:
+        return SqlType(_AVRO_SIMPLE[t]), ""
+    return None, f"an Avro {t}"

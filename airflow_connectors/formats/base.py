@@ -19,9 +19,9 @@ file, a resumed download) and the caller did not pass ``first_line``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from airflow_connectors.formats._conform import (
     Evolution,
@@ -35,6 +35,7 @@ from airflow_connectors.spec.config import StrictConfig
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from airflow_connectors.formats.inference import InferredFields
     from airflow_connectors.spec.models import TableSpec
 
 __all__ = [
@@ -88,6 +89,16 @@ class Format(ABC):
 
     name: ClassVar[str]
     Config: ClassVar[type[StrictConfig]]
+    #: The format's data names and types its columns: a table whose connectors all read
+    #: such formats may leave ``columns`` out; they are inferred on first discovery
+    #: through :meth:`infer_fields`.
+    infers_schema: ClassVar[bool] = False
+    #: Inference reads whole objects (the schema is in a footer): an object beyond the
+    #: sample's byte bound is not read. Otherwise its first bytes are enough.
+    infers_from_whole_objects: ClassVar[bool] = False
+    #: The format's values are text (CSV): a field seen with values of different kinds
+    #: is inferred as VARCHAR instead of being a conflict.
+    infers_text_values: ClassVar[bool] = False
 
     def __init__(self, config: StrictConfig, table: TableSpec) -> None:
         self.config = config
@@ -102,6 +113,27 @@ class Format(ABC):
         cannot take this format's values under ``config``. Run when a spec is loaded,
         without importing pyarrow; by default every table can."""
         return None
+
+    @classmethod
+    def inference_problem(cls, config: Mapping[str, Any]) -> tuple[str, str] | None:
+        """Why a table without columns cannot infer them from this format although it
+        :attr:`infers_schema`, under ``config`` as the spec writes it (not validated
+        yet): ``(config field, reason and remedy)``, e.g. CSV without a header; None
+        when it can. Run when a spec is loaded, without importing pyarrow."""
+        return None
+
+    @classmethod
+    def infer_fields(
+        cls, config: StrictConfig, data: bytes, key: str, fields: InferredFields
+    ) -> None:
+        """Add to ``fields`` the fields that object ``key`` holds, in order of first
+        appearance, with their SQL types (:meth:`InferredFields.add`, ``add_arrow``,
+        ``add_string``). ``data`` is the object, or its first bytes when the sample's
+        byte bound cut it (leave out a record cut at the end). Raise
+        :class:`~airflow_connectors.formats.inference.SchemaInferenceError` (one line:
+        ``fields.where``, the object, what to do) when the object cannot be read for
+        its schema. Called only when :attr:`infers_schema`."""
+        raise NotImplementedError(f"format {cls.name!r} does not infer columns")
 
     @property
     def line_oriented(self) -> bool:

@@ -34,10 +34,11 @@ dead letter shows the bytes escaped (``\\xff``).
 from __future__ import annotations
 
 import bisect
+import io
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -53,6 +54,7 @@ from airflow_connectors.formats.base import (
     isolate,
     text_start,
 )
+from airflow_connectors.formats.inference import InferredFields, SchemaInferenceError
 from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.models import RESCUED_DATA
 
@@ -327,6 +329,8 @@ class CsvFormat(Format):
     name = "csv"
     Config = CsvConfig
     config: CsvConfig
+    infers_schema = True
+    infers_text_values = True
 
     def __init__(self, config: StrictConfig, table: object) -> None:
         super().__init__(config, table)  # type: ignore[arg-type]
@@ -338,6 +342,69 @@ class CsvFormat(Format):
         self.read_schema = pa_schema(self.schema, [c.name for c in self.columns])
         self.syntax = _Syntax(self.config.delimiter, self.config.quote, len(self.columns))
         self.block_bytes = DEFAULT_BLOCK_BYTES
+
+    @classmethod
+    def inference_problem(cls, config: Mapping[str, Any]) -> tuple[str, str] | None:
+        """Only a header names the columns."""
+        if config.get("headers"):
+            return None
+        return (
+            "headers",
+            "CSV without a header has no column names to infer them from; set headers: true",
+        )
+
+    @classmethod
+    def infer_fields(
+        cls, config: StrictConfig, data: bytes, key: str, fields: InferredFields
+    ) -> None:
+        """``headers: true`` only: the header names the columns (every sampled file must
+        have the same header); types as pyarrow's CSV reader infers them (integers,
+        floats, booleans, dates, times, timestamps, else VARCHAR); nulls as the format
+        reads them (empty, ``NULL``, ``null``)."""
+        assert isinstance(config, CsvConfig)
+        import pyarrow as pa
+        import pyarrow.csv as pc
+
+        if not config.headers:
+            raise SchemaInferenceError(
+                f"{fields.where}: CSV without a header has no column names to infer; set "
+                "headers: true in the format config or declare the table's columns"
+            )
+        if data.startswith(b"\xef\xbb\xbf"):
+            data = data[3:]
+        last = data.rfind(b"\n")
+        if last >= 0 and not data.endswith(b"\n"):
+            data = data[: last + 1]  # a record cut by the byte bound is left out
+        try:
+            read = pc.read_csv(
+                io.BytesIO(data),
+                # One block: the types fit every sampled row, not only the first block's.
+                read_options=pc.ReadOptions(block_size=max(1 << 20, len(data) + 1)),
+                parse_options=pc.ParseOptions(
+                    delimiter=config.delimiter,
+                    quote_char=config.quote,
+                    newlines_in_values=True,
+                ),
+                convert_options=pc.ConvertOptions(
+                    null_values=["", "NULL", "null"],
+                    true_values=["true", "True", "TRUE"],
+                    false_values=["false", "False", "FALSE"],
+                    strings_can_be_null=True,
+                ),
+            )
+        except pa.ArrowInvalid as e:
+            raise SchemaInferenceError(
+                f"{fields.where}: cannot infer columns from {key} as CSV "
+                f"({str(e).splitlines()[0]}); fix the file or declare the table's columns"
+            ) from None
+        header = [fl.name for fl in read.schema]
+        if fields.order and [n.lower() for n in header] != list(fields.order):
+            raise SchemaInferenceError(
+                f"{fields.where}: the header of {key} ({', '.join(header)}) differs from the first "
+                f"sampled file's ({', '.join(fields.order.values())}); CSV fields are matched to "
+                "columns by position: give the files one header or declare the table's columns"
+            )
+        fields.add_arrow(read.schema, key)
 
     @property
     def line_oriented(self) -> bool:

@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -41,8 +41,10 @@ from airflow_connectors.formats.base import (
     isolate,
     text_start,
 )
+from airflow_connectors.formats.inference import InferredFields, SchemaInferenceError
 from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.models import RESCUED_DATA
+from airflow_connectors.spec.types import SqlType
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -91,6 +93,7 @@ class JsonFormat(Format):
     name = "json"
     Config = JsonConfig
     config: JsonConfig
+    infers_schema = True
 
     def __init__(self, config: StrictConfig, table: object) -> None:
         super().__init__(config, table)  # type: ignore[arg-type]
@@ -115,6 +118,32 @@ class JsonFormat(Format):
             row = pa.struct(fields)
             return pa.schema([("insert", row), ("delete", row), ("update", row)])
         return pa.schema(fields)
+
+    @classmethod
+    def infer_fields(
+        cls, config: StrictConfig, data: bytes, key: str, fields: InferredFields
+    ) -> None:
+        """The records' top-level fields in order of first appearance (``insert`` of
+        ``update_format: insert_delete``, the elements of ``array: true``): true/false
+        -> BOOLEAN; integers -> BIGINT (beyond BIGINT: DECIMAL(38, 0)); numbers with a
+        fraction or exponent (also mixed with integers) -> DOUBLE; strings -> DATE when
+        every value is ``YYYY-MM-DD``, TIMESTAMP when every value is an ISO 8601
+        date-time, else VARCHAR. A broken record is left out (it is a dead letter)."""
+        assert isinstance(config, JsonConfig)
+        insert_delete = config.update_format == "insert_delete"
+        for rec in _sample_records(config, data, key, fields.where):
+            if insert_delete and isinstance(rec, dict):
+                rec = rec.get("insert")
+                if rec is None:
+                    continue  # a delete: its fields are the inserted ones
+            if not isinstance(rec, dict):
+                continue  # not a record: the format makes it a dead letter
+            for name, value in rec.items():
+                if isinstance(value, str):
+                    fields.add_string(name, value, key)  # typed once all are seen
+                    continue
+                t, what = _json_type(value)
+                fields.add(name, t, key, what)
 
     @property
     def line_oriented(self) -> bool:
@@ -597,3 +626,73 @@ class _ArrayStream:
         if table.num_rows != len(records):
             raise RowError(f"{table.num_rows} JSON values in one array element")
         return table
+
+
+# --- schema inference -------------------------------------------------------------------
+
+_BIGINT = (-(2**63), 2**63 - 1)
+
+
+def _sample_records(config: JsonConfig, data: bytes, key: str, where: str) -> Iterator[Any]:
+    """The records of a JSON object's bytes (a cut last record is left out)."""
+    text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
+    if config.array:
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            # A cut array (the byte bound): the complete elements before the cut.
+            doc = _array_prefix(text)
+        if not isinstance(doc, list):
+            raise SchemaInferenceError(
+                f"{where}: {key} is not a JSON array but the format says array: true"
+            )
+        yield from doc
+        return
+    decoder = json.JSONDecoder()
+    pos, n = 0, len(text)
+    while True:
+        while pos < n and text[pos] in " \t\r\n":
+            pos += 1
+        if pos >= n:
+            return
+        try:
+            rec, pos = decoder.raw_decode(text, pos)
+        except ValueError:
+            # A broken record: skip to the next line (the format makes it a dead letter).
+            nl = text.find("\n", pos)
+            if nl < 0:
+                return
+            pos = nl + 1
+            continue
+        yield rec
+
+
+def _array_prefix(text: str) -> list[Any]:
+    decoder = json.JSONDecoder()
+    out: list[Any] = []
+    pos = text.find("[") + 1
+    while pos > 0:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        try:
+            rec, pos = decoder.raw_decode(text, pos)
+        except ValueError:
+            break
+        out.append(rec)
+    return out
+
+
+def _json_type(value: Any) -> tuple[SqlType | None, str]:
+    if value is None:
+        return None, ""
+    if isinstance(value, bool):
+        return SqlType("BOOLEAN"), ""
+    if isinstance(value, int):
+        if _BIGINT[0] <= value <= _BIGINT[1]:
+            return SqlType("BIGINT"), ""
+        if len(str(abs(value))) <= 38:
+            return SqlType("DECIMAL", 38, 0), ""
+        return None, "an integer of more than 38 digits"
+    if isinstance(value, float):
+        return SqlType("DOUBLE"), ""
+    return None, "a JSON object" if isinstance(value, dict) else "a JSON array"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator, Sequence
 
@@ -13,6 +14,7 @@ from airflow_connectors.formats.base import (
     conform_evolving,
     isolate,
 )
+from airflow_connectors.formats.inference import InferredFields
 from airflow_connectors.spec.config import StrictConfig
 
 
@@ -25,6 +27,17 @@ class ParquetFormat(Format):
 
     name = "parquet"
     Config = ParquetConfig
+    infers_schema = True
+    infers_from_whole_objects = True
+
+    @classmethod
+    def infer_fields(
+        cls, config: StrictConfig, data: bytes, key: str, fields: InferredFields
+    ) -> None:
+        """The file's own schema (its footer), columns in file order."""
+        import pyarrow.parquet as pq
+
+        fields.add_arrow(pq.ParquetFile(io.BytesIO(data)).schema_arrow, key)
 
     def decode(
         self,

@@ -22,8 +22,9 @@ class PluginLookup(Protocol):
 
     def get(self, name: str) -> Any:
         """The plugin class: a transport's has ``Config``, ``resolve_config``,
-        ``needs_format`` and is built from ``(config, table)``; a format's and a sink's
-        have ``Config``."""
+        ``needs_format`` and is built from ``(config, table)``; a format's has
+        ``Config``, ``check_table``, ``infers_schema`` and ``inference_problem``; a
+        sink's has ``Config``."""
         ...
 
 
@@ -34,3 +35,10 @@ class Plugins:
     transports: PluginLookup
     formats: PluginLookup
     sinks: PluginLookup
+
+    def inferring_formats(self) -> list[str]:
+        """The formats whose data names and types its columns (``infers_schema``): a
+        table whose connectors read only these may leave ``columns`` out."""
+        return [
+            n for n in self.formats.names() if getattr(self.formats.get(n), "infers_schema", False)
+        ]

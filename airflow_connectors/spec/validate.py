@@ -46,9 +46,6 @@ M = TypeVar("M", bound=BaseModel)
 
 PIPELINE_KEYS = ("pipeline", "tables", "sql")
 TABLE_KEYS = ("columns", "sink", "connectors", "sql", "schema_hints", "schema_evolution")
-#: Formats whose data names and types its columns: a table with connectors reading only
-#: these may omit ``columns`` (inferred on first discovery, ``engine/schema.py``).
-INFERRING_FORMATS = ("json", "csv", "parquet", "avro")
 SCHEMA_EVOLUTION_MODES = ("add_new_columns", "rescue", "fail_on_new_columns", "none")
 #: The Parquet sink keeps table ``t``'s dead letters in the folder ``t__errors``.
 ERRORS_SUFFIX = "__errors"
@@ -307,7 +304,8 @@ class _Validator:
 
     def inferable(self, path: list[str | int], doc: Any) -> bool:
         """Whether every connector of a table without ``columns`` reads a format whose
-        data names its columns (csv only with ``headers: true``); reports those that do
+        data names its columns (``infers_schema``) under its config (the format's
+        ``inference_problem``: csv only with ``headers: true``); reports those that do
         not."""
         ok = True
         for i, cdoc in enumerate(doc if isinstance(doc, list) else []):
@@ -317,19 +315,25 @@ class _Validator:
             fname = fmt.get("name") if isinstance(fmt, Mapping) else None
             fconfig = fmt.get("config") if isinstance(fmt, Mapping) else None
             cpath: list[str | int] = [*path, "connectors", i, "format"]
-            if fname not in INFERRING_FORMATS:
+            fcls: Any = None
+            if isinstance(fname, str) and fname in self.plugins.formats:
+                fcls = self.plugins.formats.get(fname)
+            if not getattr(fcls, "infers_schema", False):
                 what = f"format {fname!r}" if fname else "a connector without a format"
                 self.error(
                     cpath,
                     f"the table has no columns, and {what} cannot infer them (inference reads "
-                    f"formats {', '.join(INFERRING_FORMATS)}); declare the table's columns",
+                    f"formats {', '.join(self.plugins.inferring_formats())}); declare the "
+                    "table's columns",
                 )
                 ok = False
-            elif fname == "csv" and not (isinstance(fconfig, Mapping) and fconfig.get("headers")):
+                continue
+            problem = fcls.inference_problem(fconfig if isinstance(fconfig, Mapping) else {})
+            if problem is not None:
+                field, reason = problem
                 self.error(
-                    [*cpath, "config", "headers"],
-                    "the table has no columns, and CSV without a header has no column names "
-                    "to infer them from; set headers: true or declare the table's columns",
+                    [*cpath, "config", field],
+                    f"the table has no columns, and {reason} or declare the table's columns",
                 )
                 ok = False
         return ok

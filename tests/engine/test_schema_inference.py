@@ -260,6 +260,31 @@ def test_avro_writer_schema(sqlite_url: str, tmp_path: Path) -> None:
     store.close()
 
 
+def test_schemaless_avro_infers_from_the_configured_schema(sqlite_url: str, tmp_path: Path) -> None:
+    """Schemaless records carry no schema: the format's own config (``schema``) types
+    the columns, as the format reads the records."""
+    import fastavro
+
+    src = tmp_path / "src"
+    src.mkdir()
+    schema = {
+        "type": "record",
+        "name": "r",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        ],
+    }
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), {"id": 1, "at": 0})
+    (src / "a.bin").write_bytes(buf.getvalue())
+    store = StateStore(sqlite_url)
+    config = {"schema": json.dumps(schema), "skip_schema_id": True}
+    discover(store, ctx_of(spec_of(src, "avro", config)))
+    assert columns(store) == [("id", "BIGINT", True), ("at", "TIMESTAMP", True)]
+    store.close()
+
+
 def test_hints_override_and_add(sqlite_url: str, tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
@@ -523,12 +548,12 @@ def test_spec_rules_of_tables_without_columns() -> None:
     ]
     assert errors({"connectors": [connector({"name": "raw"})]}) == [
         "tables.t.connectors[0].format: the table has no columns, and format 'raw' cannot "
-        "infer them (inference reads formats json, csv, parquet, avro); declare the table's "
+        "infer them (inference reads formats avro, csv, json, parquet); declare the table's "
         "columns"
     ]
     assert errors({"connectors": [connector(None, "datagen")]}) == [
         "tables.t.connectors[0].format: the table has no columns, and a connector without a "
-        "format cannot infer them (inference reads formats json, csv, parquet, avro); declare "
+        "format cannot infer them (inference reads formats avro, csv, json, parquet); declare "
         "the table's columns"
     ]
     json_connector = connector({"name": "json"})
