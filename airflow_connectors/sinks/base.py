@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from pydantic import Field
 
 from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.spec.datasets import LineageDataset, storage_dataset
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -104,6 +105,11 @@ class Sink(ABC):
     @abstractmethod
     def location(self, kind: Kind = "rows") -> str:
         """Where the table (or its dead-letter table) can be read."""
+
+    def lineage_dataset(self, kind: Kind = "rows") -> LineageDataset:
+        """The table (or its dead-letter table) as OpenLineage names it, without a
+        secret. Default: the storage location (:meth:`location`) of a folder or URL."""
+        return storage_dataset(self.location(kind))
 
     @abstractmethod
     def prepare(self, batch_id: int, attempt: str) -> None:

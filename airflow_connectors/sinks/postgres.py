@@ -50,6 +50,7 @@ from pydantic import Field, field_validator, model_validator
 from airflow_connectors import failpoints
 from airflow_connectors.connections import postgres as _pg
 from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkConfig, SinkUnwritable
+from airflow_connectors.spec.datasets import LineageDataset, postgres_dataset
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -317,6 +318,12 @@ class PostgresSink(Sink):
         """``schema.table in postgresql://host:port/database`` (no credentials)."""
         schema, name = self.target(kind)
         return f"{f'{schema}.' if schema else ''}{name} in {self.where()}"
+
+    def lineage_dataset(self, kind: Kind = "rows") -> LineageDataset:
+        """``database.schema.table`` on ``postgres://host:port`` (the connection
+        resolved; no credentials)."""
+        schema, name = self.target(kind)
+        return postgres_dataset(self.uri(), f"{schema or 'public'}.{name}")
 
     def unwritable(self, what: str, e: BaseException) -> SinkUnwritable:
         """One line naming the table and the server, without credentials."""

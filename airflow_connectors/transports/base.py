@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
+    from airflow_connectors.spec.datasets import LineageDataset
     from airflow_connectors.spec.models import TableSpec
 
 
@@ -315,3 +316,10 @@ class Transport(ABC):
     def describe(self) -> str:
         """One line for ``validate`` output."""
         return self.name
+
+    def lineage_datasets(self) -> list[LineageDataset]:
+        """The datasets this configuration reads, named as OpenLineage names them (the
+        helpers of :mod:`airflow_connectors.spec.datasets`); may resolve connections,
+        never names a secret. Default: none known, and lineage names the connector
+        itself (``<table>/<connector>/<transport>`` in ``connector://<pipeline>``)."""
+        return []

@@ -54,6 +54,7 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from airflow_connectors.connections import aws as _aws
 from airflow_connectors.connections.aws import AwsConfigFields, AwsSettings
 from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.spec.datasets import LineageDataset, storage_dataset
 from airflow_connectors.transports import _delta_filter
 from airflow_connectors.transports.base import Cursor, Limits, Transport, WorkItem
 
@@ -698,6 +699,10 @@ class DeltaTableInputTransport(Transport):
         if c.filter:
             parts.append("filtered")
         return f"{NAME}: {', '.join(parts)}"
+
+    def lineage_datasets(self) -> list[LineageDataset]:
+        """The table's storage location."""
+        return [storage_dataset(self.config.uri)]
 
 
 _DELTA_TYPES = {

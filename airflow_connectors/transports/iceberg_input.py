@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.spec.datasets import LineageDataset, storage_dataset
 from airflow_connectors.transports.base import MTIME, Cursor, Limits, Transport, WorkItem
 
 if TYPE_CHECKING:
@@ -235,6 +237,19 @@ class IcebergInputTransport(Transport):
         if c.filter:
             parts.append(f"filter {c.filter}")
         return ", ".join(parts)
+
+    def lineage_datasets(self) -> list[LineageDataset]:
+        """The table's storage location, read from its catalog; the table as its
+        catalog names it (in ``iceberg://<catalog>``) when the catalog cannot be read."""
+        c = self.config
+        try:
+            location = str(self.load(fresh=False).location())
+        except Exception:  # lineage is a nicety: a catalog down now names the table still
+            logging.getLogger(__name__).warning(
+                "lineage: cannot read the location of Iceberg table %s", c.table_name
+            )
+            return [LineageDataset(f"iceberg://{c.catalog_name}", c.table_name)]
+        return [storage_dataset(location)]
 
     # --- the catalog ------------------------------------------------------------------
 

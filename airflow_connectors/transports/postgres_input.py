@@ -44,6 +44,7 @@ they are found with whole-column pyarrow compute, never row by row.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -52,6 +53,7 @@ from pydantic import Field, field_validator, model_validator
 from airflow_connectors.connections import postgres as _pg
 from airflow_connectors.formats.base import Decoded, RecordError
 from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.spec.datasets import LineageDataset, postgres_dataset
 from airflow_connectors.spec.redact import mask_text
 from airflow_connectors.transports.base import Cursor, KeyOffset, Limits, Transport, WorkItem
 
@@ -658,6 +660,29 @@ class PostgresInputTransport(Transport):
         if self.config.partition_column:
             parts.append(f"ranges of {self.config.partition_column}")
         return f"postgres_input: {', '.join(parts)}"
+
+    def lineage_datasets(self) -> list[LineageDataset]:
+        """The tables the query reads (``postgres_conn_id`` resolved; no secret)."""
+        uri = self.config.libpq_uri("postgres_input")
+        return [postgres_dataset(uri, table) for table in query_tables(self.config.query)]
+
+
+def query_tables(query: str) -> list[str]:
+    """The tables a SELECT reads (``schema.table`` when the query names the schema),
+    parsed with OpenLineage's SQL parser; empty when it names none, cannot be parsed or
+    the parser is not installed."""
+    try:
+        import openlineage_sql
+    except ImportError:
+        return []
+    try:
+        parsed = openlineage_sql.parse([query], dialect="postgres")
+    except Exception:  # a query the parser does not understand: no input tables
+        logging.getLogger(__name__).debug("cannot parse a postgres_input query", exc_info=True)
+        return []
+    if parsed is None:
+        return []
+    return [".".join(p for p in (t.database, t.schema, t.name) if p) for t in parsed.in_tables]
 
 
 def _alias_col(name: str) -> str:

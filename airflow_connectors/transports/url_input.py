@@ -28,6 +28,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from airflow_connectors.connections import http as _http
 from airflow_connectors.connections.http import HttpConnection, http_connection
 from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.spec.datasets import LineageDataset, url_dataset
 from airflow_connectors.spec.redact import mask_url
 from airflow_connectors.transports.base import Cursor, KeyOffset, Limits, Transport, WorkItem
 
@@ -370,6 +371,11 @@ class UrlInputTransport(Transport):
         """The URL, with any password masked."""
         via = f" (http_conn_id {self.config.http_conn_id})" if self.config.http_conn_id else ""
         return f"url_input: {mask_url(self.config.path)}{via}"
+
+    def lineage_datasets(self) -> list[LineageDataset]:
+        """The URL read (``path``, or a relative one joined to ``http_conn_id``'s base
+        URL): its path on ``scheme://host:port``."""
+        return [url_dataset(self.url)]
 
 
 def _encoded(resp: httpx.Response) -> bool:
