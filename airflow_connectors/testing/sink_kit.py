@@ -47,7 +47,10 @@ they may use session fixtures (``s3_server``), not function ones (``tmp_path``).
   tables live outside the warehouse (PostgreSQL) gives each case its own schema or table.
   Default: ``{}`` for every case.
 - hook :meth:`SinkConformance.check_landed`: sink-specific checks once a case's batches
-  landed (one commit per batch, nothing staged left...). Default: none.
+  landed (one commit per batch, nothing staged left...), given the :class:`SinkCase`
+  (its ``sink()``, ``committed()`` batch ids, ``warehouse``; ``command_lines`` of a
+  killed job's processes, to check no secret was on one). Default: none. A batch may
+  hold dead letters only (no rows): a sink need not commit to its rows table for it.
 - a session fixture ``spark`` (a ``SparkSession``) must exist (this repository's
   ``tests/conftest.py`` has one): the runs after a kill use it, as a retry would.
 
@@ -81,6 +84,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import threading
 import time
@@ -138,6 +142,20 @@ def expected(rows: list[dict[str, Any]], columns: dict[str, pa.DataType] | None 
     return pa.Table.from_pylist(rows, schema=pa.schema(list(fields.items())))
 
 
+def command_lines(group: int) -> list[str]:
+    """The command lines of the processes in process group ``group``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) == group:
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, UnicodeDecodeError):
+            continue  # gone meanwhile
+    return found
+
+
 def no_spark() -> Any:
     """The Spark session of a run that must not need one."""
     raise AssertionError("a committed batch asked for Spark")
@@ -157,6 +175,9 @@ class SinkCase:
     files: dict[int, list[str]] = field(default_factory=dict)
     #: The rows a reader saw right after the kill.
     seen_at_kill: pa.Table | None = None
+    #: The command lines of the killed job's processes (driver, JVM, Python workers)
+    #: when it was killed: a subclass checks no secret was on one.
+    command_lines: list[str] = field(default_factory=list)
 
     @property
     def ctx(self) -> BatchContext:
@@ -190,6 +211,13 @@ class SinkCase:
             yield store
         finally:
             store.close()
+
+    def committed(self) -> list[int]:
+        """Ids of the connector's committed batches, oldest first (for
+        :meth:`SinkConformance.check_landed`: one commit per batch...)."""
+        with self.store() as store:
+            batches = store.batches(self.ctx.ref)
+        return [b.batch_id for b in batches if b.status == BatchStatus.COMMITTED]
 
     def plan(self) -> list[int]:
         """Discovers the source: the batches planned now (pending ones first)."""
@@ -370,6 +398,7 @@ class SinkConformance:
                 procs[name] = case.start(points[name], cls.spark_master)
             for name, proc in procs.items():
                 jobs.wait_for(cases[name].marks / points[name], proc, timeout=REACH_TIMEOUT)
+                cases[name].command_lines = command_lines(proc.pid)
                 jobs.kill(proc)
                 cases[name].seen_at_kill = cases[name].read()
         finally:

@@ -1,7 +1,7 @@
 """The ``delta`` sink through the real engine: JSON files -> Spark -> a Delta table on a
-local folder and on the moto S3 server, read back with deltalake and DuckDB. Exactly once
-under SIGKILL (after the part write, after the state commit, after the Delta commit),
-and a reader polling the table during a multi-batch run never sees part of a batch."""
+local folder and on the moto S3 server, read back with deltalake and DuckDB. The sink
+conformance kit (crashes at every fail point, concurrent publishers, a polling reader,
+an added column) runs on both warehouses; the rest is Delta's own."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import threading
-import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,16 +19,15 @@ import duckdb
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 from helpers import checksum, pipeline, run
 
-from airflow_connectors.engine.batch import run_batch
-from airflow_connectors.engine.discovery import context, discover
+from airflow_connectors.engine.discovery import context
 from airflow_connectors.engine.runner import RunFailed
-from airflow_connectors.sinks.delta import DeltaSink, storage_options
+from airflow_connectors.sinks.delta import BATCH_KEY, DeltaSink, storage_options
 from airflow_connectors.state.store import ConnectorRef, StateStore
-from airflow_connectors.testing.jobs import finish, kill, start_job, wait_for
+from airflow_connectors.testing.sink_kit import SinkCase, SinkConformance
 
-SPARK = "local[1]"
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE", "day": "DATE"}
 
 
@@ -379,318 +378,60 @@ def test_time_column_is_refused_in_one_line(sqlite_url: str, tmp_path: Path) -> 
         sink.prepare(1, "1-abc")
 
 
-# --- SIGKILL at each point, then the next run ---------------------------------------
-
-FILES, ROWS = 4, 1_000
-#: After the parts are written (uncommitted), after the state store commit (before the
-#: Delta commit), after the Delta commit (before the state store records it published).
-POINTS = ["after_sink_write", "after_commit", "delta_committed"]
+# --- the sink conformance kit, on a local folder and on S3 ----------------------------
 
 
-def no_spark() -> Any:
-    raise AssertionError("a committed batch asked for Spark")
+class TestDeltaSink(SinkConformance):
+    """Crashes at every fail point (``delta_committed``: after the Delta commit, before
+    the state store records the batch published), concurrent publishers, a polling
+    reader, an added column: each batch is one Delta commit recorded as the connector's
+    app transaction, and no file outside the log is left."""
 
+    sink_name = "delta"
+    sink_fail_points = ("delta_committed",)
+    whole_at = ("delta_committed",)
 
-class Case:
-    """One connector with planned batches: its own state store and warehouse."""
-
-    def __init__(self, root: Path, source: Path, warehouse: str, **conn: Any) -> None:
-        root.mkdir(parents=True, exist_ok=True)
-        self.root = root
-        self.store_url = f"sqlite:///{root / 'state.db'}"
-        spec = pipeline({"events": table_spec(source, **conn)})
-        table = spec.tables[0]
-        self.ctx = context(spec, table, table.connectors[0], warehouse)
-        self.uri = self.ctx.sink().location()
-        store = StateStore(self.store_url)
-        try:
-            self.batch_ids = discover(store, self.ctx).batch_ids
-            self.items = {
-                b: [i.key for i in store.load_batch(b).plan.items] for b in self.batch_ids
-            }
-        finally:
-            store.close()
-        self.marks = root / "marks"
-        self.marks.mkdir()
-
-    def state(self) -> dict[str, Any]:
-        """What the state store and a Delta reader see now."""
-        store = StateStore(self.store_url)
-        try:
-            st = store.status(self.ctx.ref)
-            assert st is not None
-            unpublished = len(store.unpublished_batches(self.ctx.ref))
-        finally:
-            store.close()
-        try:
-            dt: DeltaTable | None = delta(self.uri)
-        except Exception:
-            dt = None
-        return {
-            "records": st.total_records,
-            "unpublished": unpublished,
-            "version": None if dt is None else dt.version(),
-            "visible": 0 if dt is None else dt.to_pyarrow_table().num_rows,
-        }
-
-    def next_run(self, spark: Any) -> None:
-        """The killed job's retry (rolls a committed batch's publish forward without
-        Spark), then the connector's next run (re-runs an uncommitted batch)."""
-        store = StateStore(self.store_url)
-        try:
-            for b in self.batch_ids:
-                if store.load_batch(b).status.value == "committed":
-                    assert not run_batch(store, b, no_spark).committed
-            found = discover(store, self.ctx)
-            assert found.new_items == 0, "the next run planned the source again"
-            for b in found.batch_ids:
-                assert run_batch(store, b, lambda: spark).committed
-        finally:
-            store.close()
-
-
-@pytest.fixture(scope="module")
-def crash_source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pa.Table]:
-    folder = tmp_path_factory.mktemp("crash-src")
-    return folder, write_source(folder, FILES, ROWS)
-
-
-@pytest.fixture(scope="module")
-def killed(
-    crash_source: tuple[Path, pa.Table], tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, tuple[Case, dict[str, Any]]]:
-    """One case per point, their jobs started together, each SIGKILLed at its point."""
-    base = tmp_path_factory.mktemp("points")
-    cases = {p: Case(base / p, crash_source[0], str(base / p / "wh")) for p in POINTS}
-    jobs: dict[str, subprocess.Popen[bytes]] = {}
-    try:
-        for p, case in cases.items():
-            jobs[p] = start_job(case.batch_ids, case.store_url, case.marks, p, spark_master=SPARK)
-        out = {}
-        for p, proc in jobs.items():
-            wait_for(cases[p].marks / p, proc)
-            kill(proc)
-            out[p] = (cases[p], cases[p].state())
-        return out
-    finally:
-        for proc in jobs.values():
-            if proc.poll() is None:
-                kill(proc)
-
-
-LEFT = {
-    "after_sink_write": {"records": 0, "unpublished": 0, "version": None, "visible": 0},
-    "after_commit": {"records": FILES * ROWS, "unpublished": 1, "version": None, "visible": 0},
-    "delta_committed": {
-        "records": FILES * ROWS,
-        "unpublished": 1,
-        "version": 0,
-        "visible": FILES * ROWS,
-    },
-}
-
-
-@pytest.mark.parametrize("point", POINTS)
-def test_kill_then_next_run_lands_the_batch_once(
-    killed: dict[str, tuple[Case, dict[str, Any]]],
-    crash_source: tuple[Path, pa.Table],
-    spark: Any,
-    point: str,
-) -> None:
-    case, left = killed[point]
-    assert left == LEFT[point], f"killed at {point}"
-    if point == "after_sink_write":  # written, never committed: invisible files
-        assert list(Path(case.uri).rglob("*.parquet"))
-    case.next_run(spark)
-    dt = delta(case.uri)
-    assert_same_rows(dt.to_pyarrow_table(), crash_source[1])
-    # One commit for the one batch, whoever made it; the app transaction records it.
-    assert dt.version() == 0
-    assert dt.transaction_version("p.events.files") == case.batch_ids[0]
-    assert case.state() == {
-        "records": FILES * ROWS,
-        "unpublished": 0,
-        "version": 0,
-        "visible": FILES * ROWS,
-    }
-    assert unlisted_files(case.uri) == []
-
-
-# --- a reader polling during a multi-batch run ----------------------------------------
-
-
-def poll_batches(
-    case: Case, proc: subprocess.Popen[bytes], ids_of: dict[int, set[int]]
-) -> list[int]:
-    """Read the table over and over until the job ends; every snapshot must hold each
-    batch whole or not at all. Returns the row counts seen."""
-    seen: list[int] = []
-    problems: list[str] = []
-    stop = threading.Event()
-
-    def reader() -> None:
-        while not stop.is_set():
+    def check_landed(self, case: SinkCase) -> None:
+        sink = case.sink()
+        assert isinstance(sink, DeltaSink)
+        ids = case.committed()
+        for kind in ("rows", "errors"):
+            uri = sink.location(kind)
             try:
-                ids = set(read_delta(case.uri).column("id").to_pylist())
-            except Exception:  # no table yet
-                time.sleep(0.05)
-                continue
-            for b, want in ids_of.items():
-                got = len(want & ids)
-                if got not in (0, len(want)):
-                    problems.append(f"batch {b}: {got} of {len(want)} rows visible")
-            if len(ids) != sum(len(w) for w in ids_of.values() if w <= ids):
-                problems.append(f"{len(ids)} rows visible, not a sum of whole batches")
-            seen.append(len(ids))
-
-    thread = threading.Thread(target=reader)
-    thread.start()
-    try:
-        out, _ = proc.communicate(timeout=600)
-    finally:
-        stop.set()
-        thread.join()
-    assert proc.returncode == 0, out.decode()[-3000:]
-    assert problems == []
-    return seen
+                dt = delta(uri)
+            except TableNotFoundError:
+                continue  # no batch had dead letters
+            # Every commit is one batch's, marked <app id>#<batch>#<attempt>; none twice.
+            marks = [str(c.get(BATCH_KEY, "")).split("#") for c in dt.history()]
+            batches = [int(m[1]) for m in marks if len(m) == 3 and m[0] == sink.app_id]
+            assert len(batches) == len(marks), f"{case.name} {kind}: unmarked commits"
+            assert len(set(batches)) == len(batches), f"{case.name} {kind}: {batches}"
+            assert set(batches) <= set(ids), f"{case.name} {kind}: {batches} not in {ids}"
+            assert dt.transaction_version(sink.app_id) == max(batches), case.name
+            if not uri.startswith("s3://"):
+                assert unlisted_files(uri) == [], case.name
 
 
-def batch_rows(case: Case, files: int, rows: int) -> dict[int, set[int]]:
-    """Batch id -> the ids of its rows (file ``part-<n>.json`` holds n*rows...)."""
-    out = {}
-    for b, keys in case.items.items():
-        ids: set[int] = set()
-        for key in keys:
-            n = int(Path(key).stem.removeprefix("part-"))
-            ids |= set(range(n * rows, (n + 1) * rows))
-        out[b] = ids
-    return out
+class TestDeltaSinkOnS3(TestDeltaSink):
+    """The same with the warehouse on the moto S3 server."""
 
+    @pytest.fixture(scope="class")
+    @classmethod
+    def warehouse_url(cls, s3_server: Any) -> str:
+        return f"s3://{s3_server.create_bucket(f'kit-{uuid.uuid4().hex[:10]}')}/wh"
 
-def run_polled(tmp_path: Path, warehouse: str) -> None:
-    source = write_source(tmp_path / "src", files=6, rows=ROWS)
-    # Three batches of two objects each, each object a file of its own (the target size
-    # of 1 byte starts a file per write): a partial batch would be some of its files.
-    case = Case(
-        tmp_path / "case",
-        tmp_path / "src",
-        warehouse,
-        sink={"target_file_size": 1},
-        tasks_max=3,
-    )
-    assert len(case.batch_ids) == 3 and all(len(k) == 2 for k in case.items.values())
-    ids_of = batch_rows(case, 6, ROWS)
-    proc = start_job(case.batch_ids, case.store_url, case.marks, spark_master=SPARK)
-    try:
-        seen = poll_batches(case, proc, ids_of)
-    finally:
-        if proc.poll() is None:
-            kill(proc)
-    assert seen and seen[-1] == 6 * ROWS
-    print(f"the reader took {len(seen)} snapshots; row counts seen: {sorted(set(seen))}")
-    dt = delta(case.uri)
-    assert_same_rows(dt.to_pyarrow_table(), source)
-    assert dt.version() == 2  # one commit per batch
-    assert len(dt.file_uris()) >= 6
-    assert dt.transaction_version("p.events.files") == max(case.batch_ids)
-
-
-def test_reader_never_sees_part_of_a_batch(tmp_path: Path) -> None:
-    run_polled(tmp_path, str(tmp_path / "wh"))
-
-
-# --- the same on S3 -------------------------------------------------------------------
+    @pytest.fixture(scope="class")
+    @classmethod
+    def storage_env(cls, s3_server: Any) -> dict[str, str]:
+        return dict(s3_server.env())
 
 
 @pytest.fixture
 def s3_env(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """This process and the jobs it starts reach the S3 test server through AWS_*."""
+    """This process reaches the S3 test server through AWS_*."""
     for name, value in s3_server.env().items():
         monkeypatch.setenv(name, value)
     yield s3_server
-
-
-def s3_unlisted(s3: Any, uri: str) -> list[str]:
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    listed = set(pa.table(delta(uri).get_add_actions()).column("path").to_pylist())
-    keys = []
-    for page in (
-        s3.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/")
-    ):
-        keys += [o["Key"][len(prefix) + 1 :] for o in page.get("Contents", [])]
-    # pyarrow leaves an empty "folder" marker (a key ending in /) above what it deleted.
-    return sorted(
-        k
-        for k in keys
-        if not k.startswith("_delta_log/") and not k.endswith("/") and k not in listed
-    )
-
-
-def test_s3_warehouse_lands_rows_and_survives_a_kill_after_the_delta_commit(
-    s3_env: Any, s3_bucket: str, tmp_path: Path
-) -> None:
-    source = write_source(tmp_path / "src", files=FILES, rows=ROWS)
-    (tmp_path / "src" / "a-bad.json").write_text("not json\n")
-    case = Case(
-        tmp_path / "case", tmp_path / "src", f"s3://{s3_bucket}/wh", errors={"tolerance": "all"}
-    )
-    assert case.uri == f"s3://{s3_bucket}/wh/p/events"
-    proc = start_job(
-        case.batch_ids, case.store_url, case.marks, "delta_committed", spark_master=SPARK
-    )
-    try:
-        wait_for(case.marks / "delta_committed", proc)
-        kill(proc)
-    finally:
-        if proc.poll() is None:
-            kill(proc)
-    assert case.state() == {
-        "records": FILES * ROWS,
-        "unpublished": 1,
-        "version": 0,
-        "visible": FILES * ROWS,
-    }
-    case.next_run(lambda: no_spark())  # the retry rolls forward; nothing is left to run
-    dt = delta(case.uri)
-    assert dt.version() == 0 and dt.transaction_version("p.events.files") == case.batch_ids[0]
-    assert_same_rows(dt.to_pyarrow_table(), source)
-    dead = read_delta(f"{case.uri}__errors").to_pylist()
-    assert [d["raw_text"] for d in dead] == ["not json"]
-    assert s3_unlisted(s3_env, case.uri) == []
-
-
-def test_s3_reader_never_sees_part_of_a_batch(s3_env: Any, s3_bucket: str, tmp_path: Path) -> None:
-    run_polled(tmp_path, f"s3://{s3_bucket}/wh")
-
-
-def test_s3_kill_after_the_part_write_then_the_next_run(
-    s3_env: Any, s3_bucket: str, tmp_path: Path
-) -> None:
-    """Parts uploaded, nothing committed: invisible; the next run (a job of its own, as
-    Airflow's retry) commits its own attempt once and removes the killed one's objects."""
-    source = write_source(tmp_path / "src", files=FILES, rows=ROWS)
-    case = Case(tmp_path / "case", tmp_path / "src", f"s3://{s3_bucket}/wh")
-    proc = start_job(
-        case.batch_ids, case.store_url, case.marks, "after_sink_write", spark_master=SPARK
-    )
-    try:
-        wait_for(case.marks / "after_sink_write", proc)
-        kill(proc)
-    finally:
-        if proc.poll() is None:
-            kill(proc)
-    assert case.state() == {"records": 0, "unpublished": 0, "version": None, "visible": 0}
-    bucket_keys = [
-        o["Key"] for o in s3_env.client().list_objects_v2(Bucket=s3_bucket).get("Contents", [])
-    ]
-    assert any(k.endswith(".parquet") for k in bucket_keys)  # uploaded, never committed
-    (tmp_path / "marks2").mkdir()
-    finish(case.batch_ids, case.store_url, tmp_path / "marks2", spark_master=SPARK)
-    dt = delta(case.uri)
-    assert dt.version() == 0 and dt.transaction_version("p.events.files") == case.batch_ids[0]
-    assert_same_rows(dt.to_pyarrow_table(), source)
-    assert s3_unlisted(s3_env, case.uri) == []
-    assert case.state()["unpublished"] == 0
 
 
 def test_s3_missing_bucket_is_refused_before_spark_in_one_line(s3_env: Any, tmp_path: Path) -> None:

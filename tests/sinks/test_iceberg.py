@@ -1,9 +1,9 @@
 """The ``iceberg`` sink through the real engine: JSON files -> Spark -> an Iceberg table
 in pyiceberg's SQL catalog kept in the state store's database (SQLite, PostgreSQL), on a
-local warehouse and on the moto S3 server, read back with pyiceberg and DuckDB. Exactly
-once under SIGKILL (after the part write, after the state commit, after the Iceberg
-commit before the batch is marked published): one snapshot per batch, marked with it.
-A reader polling the table during a multi-batch run never sees part of a batch."""
+local warehouse and on the moto S3 server, read back with pyiceberg and DuckDB. The sink
+conformance kit (crashes at every fail point, concurrent publishers, a polling reader,
+an added column) runs with the catalog in SQLite and in PostgreSQL and on S3: one
+snapshot per batch, marked with it."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
-from collections import Counter
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +23,6 @@ from helpers import checksum, pipeline, run
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from airflow_connectors.engine.batch import run_batch
-from airflow_connectors.engine.context import BatchContext
-from airflow_connectors.engine.discovery import context, discover
 from airflow_connectors.sinks.base import SinkUnwritable
 from airflow_connectors.sinks.iceberg import (
     ATTEMPT_PROPERTY,
@@ -35,10 +30,9 @@ from airflow_connectors.sinks.iceberg import (
     IcebergSink,
     catalog_properties,
 )
-from airflow_connectors.state.store import ConnectorRef, StateStore
-from airflow_connectors.testing.jobs import kill, start_job, wait_for
+from airflow_connectors.state.store import StateStore
+from airflow_connectors.testing.sink_kit import SinkCase, SinkConformance
 
-SPARK = "local[1]"
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE", "small": "SMALLINT"}
 
 
@@ -241,50 +235,6 @@ def test_catalog_uri_namespace_and_table_name(spark: Any, tmp_path: Path) -> Non
     assert "catalog_uri" in text
 
 
-def test_concurrent_publishers_append_once(tmp_path: Path) -> None:
-    """An Airflow retry rolling a publish forward beside the zombie that is publishing
-    it: several publishers of one committed batch at once leave one snapshot."""
-    src = tmp_path / "src"
-    source = write_source(src, 2, 200)
-    url = f"sqlite:///{tmp_path / 'state.db'}"
-    wh = str(tmp_path / "wh")
-    (batch_id,) = plan(tmp_path, url, src, wh)
-    store = StateStore(url)
-    try:
-        batch = store.load_batch(batch_id)
-        ctx = BatchContext.from_plan(batch.plan)
-        ctx.attempt = "1-race"
-        sink = ctx.sink()
-        sink.state_store_url = url
-        sink.prepare(batch_id, ctx.attempt)
-        rows = source.append_column("small", pa.array([1] * source.num_rows, pa.int16()))
-        for part, chunk in enumerate([rows.slice(0, 200), rows.slice(200)]):
-            w = sink.writer(batch_id, ctx.attempt, part, "rows")
-            w.write(chunk)
-            assert w.close() == 200
-    finally:
-        store.close()
-    errors: list[BaseException] = []
-
-    def publish() -> None:
-        try:
-            other = ctx.sink()
-            other.state_store_url = url
-            other.publish(batch_id, ctx.attempt)
-        except BaseException as e:  # reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=publish) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    table = load(url)
-    assert_same(table.scan().to_arrow(), source)
-    assert batch_marks(table) == [(f"files:{batch_id}", "1-race")]
-
-
 def test_column_added_to_the_spec_evolves_the_table(spark: Any, tmp_path: Path) -> None:
     """A column added to the table spec after the first batch: the next batch adds it to
     the Iceberg schema in its own commit; earlier rows read it as NULL."""
@@ -306,203 +256,59 @@ def test_column_added_to_the_spec_evolves_the_table(spark: Any, tmp_path: Path) 
     assert data.column("note").to_pylist() == [None] * 50 + ["new"]
 
 
-# --- crashes --------------------------------------------------------------------------
-
-FILES, ROWS = 3, 1_000
-POINTS = ["after_sink_write", "after_commit", "iceberg_committed"]
+# --- the sink conformance kit: SQLite and PostgreSQL catalogs, local and S3 --------------
 
 
-@pytest.fixture(scope="module")
-def crash_source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pa.Table]:
-    folder = tmp_path_factory.mktemp("source")
-    return folder, write_source(folder, FILES, ROWS)
+class TestIcebergSink(SinkConformance):
+    """Crashes at every fail point (``iceberg_committed``: after the Iceberg commit,
+    before the state store records the batch published), concurrent publishers, a
+    polling reader, an added column, with the catalog in the state store's SQLite
+    database: one snapshot per batch, marked with it, one attempt folder left per batch."""
+
+    sink_name = "iceberg"
+    sink_fail_points = ("iceberg_committed",)
+    whole_at = ("iceberg_committed",)
+
+    def check_landed(self, case: SinkCase) -> None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        sink = case.sink()
+        assert isinstance(sink, IcebergSink)
+        ids = [f"files:{b}" for b in case.committed()]
+        for kind in ("rows", "errors"):
+            with sink.catalog() as cat:
+                try:
+                    table = cat.load_table(sink.identifier(kind))
+                except NoSuchTableError:
+                    continue  # no batch had dead letters
+            # Every snapshot is one batch's, marked with it; none twice.
+            marks = [m or "" for m, _ in batch_marks(table)]
+            assert len(marks) == len(table.metadata.snapshots), f"{case.name} {kind}"
+            assert len(set(marks)) == len(marks), f"{case.name} {kind}: {marks}"
+            assert set(marks) <= set(ids), f"{case.name} {kind}: {marks} not in {ids}"
+            data = Path(sink.location(kind)) / "data"
+            if data.is_dir():  # a local warehouse: the committed attempts' folders only
+                assert len(list(data.glob("batch-*/*"))) == len(marks), case.name
 
 
-def plan(root: Path, store_url: str, source: Path, warehouse: str, **conn: Any) -> list[int]:
-    """Plan the connector's batches; returns their ids."""
-    spec = pipeline({"events": table_spec(source, **conn)})
-    table = spec.tables[0]
-    ctx = context(spec, table, table.connectors[0], warehouse)
-    store = StateStore(store_url)
-    try:
-        return discover(store, ctx).batch_ids
-    finally:
-        store.close()
+class TestIcebergSinkPostgresCatalog(TestIcebergSink):
+    """The same with the SQL catalog in PostgreSQL (each case in a schema of its own)."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sink_config(cls, pg_schema_factory: Any) -> Callable[[str], dict[str, Any]]:
+        return lambda case: {"catalog_uri": str(pg_schema_factory())}
 
 
-def next_run(store_url: str, source: Path, warehouse: str, spark: Any) -> None:
-    """The connector's next run in this process: discovery rolls a cut publish forward,
-    pending batches run."""
-    spec = pipeline({"events": table_spec(source)})
-    table = spec.tables[0]
-    ctx = context(spec, table, table.connectors[0], warehouse)
-    store = StateStore(store_url)
-    try:
-        found = discover(store, ctx)
-        assert found.new_items == 0, "the next run planned the source again"
-        for b in found.batch_ids:
-            assert run_batch(store, b, lambda: spark).committed
-        ref = ConnectorRef("p", "events", "files")
-        assert store.pending_batches(ref) == [] and store.unpublished_batches(ref) == []
-    finally:
-        store.close()
+class TestIcebergSinkOnS3(TestIcebergSink):
+    """The same with the warehouse (data and metadata) on the moto S3 server."""
 
+    @pytest.fixture(scope="class")
+    @classmethod
+    def warehouse_url(cls, s3_server: Any) -> str:
+        return f"s3://{s3_server.create_bucket(f'kit-{uuid.uuid4().hex[:10]}')}/wh"
 
-def leftover_attempts(warehouse: str) -> list[str]:
-    """Attempt folders of the table's data folder: one per committed batch at the end."""
-    data = Path(warehouse) / "p" / "events" / "data"
-    return sorted(str(p.relative_to(data)) for p in data.glob("batch-*/*")) if data.is_dir() else []
-
-
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-def test_kill_at_each_point_then_next_run(
-    kind: str,
-    crash_source: tuple[Path, pa.Table],
-    spark: Any,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> None:
-    """A job SIGKILLed at each point (all started together), then the next run: the
-    table equals the source, one marked snapshot, no uncommitted files left."""
-    folder, source = crash_source
-    cases: dict[str, tuple[str, str, int]] = {}
-    jobs: dict[str, subprocess.Popen[bytes]] = {}
-    try:
-        for point in POINTS:
-            root = tmp_path / point
-            root.mkdir()
-            url = (
-                f"sqlite:///{root / 'state.db'}"
-                if kind == "sqlite"
-                else str(request.getfixturevalue("pg_schema_factory")())
-            )
-            wh = str(root / "wh")
-            (batch_id,) = plan(root, url, folder, wh)
-            cases[point] = (url, wh, batch_id)
-            (root / "marks").mkdir()
-            jobs[point] = start_job([batch_id], url, root / "marks", point, spark_master=SPARK)
-        for point, proc in jobs.items():
-            wait_for(tmp_path / point / "marks" / point, proc)
-            kill(proc)
-    finally:
-        for proc in jobs.values():
-            if proc.poll() is None:
-                kill(proc)
-    for point, (url, wh, _batch_id) in cases.items():
-        visible = read_or_empty(url)
-        # Before the Iceberg commit a reader sees nothing; after it, the whole batch.
-        assert visible.num_rows == (FILES * ROWS if point == "iceberg_committed" else 0), point
-        next_run(url, folder, wh, spark)
-        table = load(url)
-        assert_same(table.scan().to_arrow(), source)
-        assert len(table.metadata.snapshots) == 1, point
-        assert len(leftover_attempts(wh)) == 1, point
-        assert not list(Path(wh).rglob("*.tmp")), point
-
-
-def read_or_empty(uri: str, location: str = "") -> pa.Table:
-    from pyiceberg.exceptions import NoSuchTableError
-
-    try:
-        return read(uri, location=location)
-    except NoSuchTableError:
-        return pa.table({})
-
-
-@pytest.mark.parametrize("where", ["local", "s3"])
-def test_reader_never_sees_part_of_a_batch(
-    where: str,
-    crash_source: tuple[Path, pa.Table],
-    spark: Any,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> None:
-    """A job ingests three batches (one file each) while this process polls the table
-    (on a local warehouse, on S3): every snapshot read holds whole batches only, and the
-    last one all of them."""
-    folder, source = crash_source
-    url = f"sqlite:///{tmp_path / 'state.db'}"
-    wh = str(tmp_path / "wh")
-    if where == "s3":
-        request.getfixturevalue("s3_env")
-        wh = f"s3://{request.getfixturevalue('s3_bucket')}/wh"
-    ids = plan(tmp_path, url, folder, wh, tasks_max=FILES)
-    assert len(ids) == FILES
-    (tmp_path / "marks").mkdir()
-    proc = start_job(ids, url, tmp_path / "marks", spark_master=SPARK)
-    out: list[bytes] = []  # drained meanwhile, so the job never blocks on a full pipe
-    drain = threading.Thread(target=lambda: out.append(proc.communicate()[0] or b""))
-    drain.start()
-    seen: set[int] = set()
-    try:
-        while True:
-            done = proc.poll() is not None
-            rows = read_or_empty(url, location=wh).to_pydict().get("id", [])
-            per_file = Counter(i // ROWS for i in rows)  # a batch is one source file
-            assert all(n == ROWS for n in per_file.values()), f"part of a batch: {per_file}"
-            seen.add(len(rows))
-            if done:
-                break
-            time.sleep(0.05)
-    finally:
-        if proc.poll() is None:
-            kill(proc)
-        drain.join()
-    assert proc.returncode == 0, b"".join(out).decode(errors="replace")[-3000:]
-    assert max(seen) == FILES * ROWS
-    table = load(url, location=wh)
-    assert_same(table.scan().to_arrow(), source)
-    assert len(table.metadata.snapshots) == FILES
-    assert sorted(m[0] or "" for m in batch_marks(table)) == sorted(f"files:{b}" for b in ids)
-
-
-# --- warehouse on S3 -------------------------------------------------------------------
-
-
-@pytest.fixture
-def s3_env(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for k, v in s3_server.env().items():
-        monkeypatch.setenv(k, v)
-    yield
-
-
-@pytest.mark.parametrize("point", ["after_sink_write", "iceberg_committed"])
-def test_s3_warehouse_killed_then_next_run(
-    point: str,
-    s3_env: None,
-    s3_server: Any,
-    s3_bucket: str,
-    crash_source: tuple[Path, pa.Table],
-    spark: Any,
-    tmp_path: Path,
-) -> None:
-    """On S3: a job killed after writing its parts (before the state commit) or after
-    the Iceberg commit, then the next run: the table (data and metadata in the bucket)
-    equals the source with one snapshot, and the bucket holds no uncommitted part."""
-    folder, source = crash_source
-    url = f"sqlite:///{tmp_path / 'state.db'}"
-    wh = f"s3://{s3_bucket}/wh"
-    (batch_id,) = plan(tmp_path, url, folder, wh)
-    (tmp_path / "marks").mkdir()
-    proc = start_job([batch_id], url, tmp_path / "marks", point, spark_master=SPARK)
-    try:
-        wait_for(tmp_path / "marks" / point, proc)
-    finally:
-        kill(proc)
-    visible = read_or_empty(url, location=wh).num_rows
-    assert visible == (FILES * ROWS if point == "iceberg_committed" else 0)
-    next_run(url, folder, wh, spark)
-    table = load(url, location=wh)
-    assert table.location() == f"{wh}/p/events"
-    assert_same(table.scan().to_arrow(), source)
-    assert len(table.metadata.snapshots) == 1
-    files = data_files(table)
-    assert files and all(f.startswith(f"{wh}/p/events/data/batch-") for f in files)
-    keys = [
-        o["Key"]
-        for o in s3_server.client().list_objects_v2(Bucket=s3_bucket, Prefix="wh/p/events/data/")[
-            "Contents"
-        ]
-        if o["Key"].endswith(".parquet")
-    ]
-    assert sorted(f"s3://{s3_bucket}/{k}" for k in keys) == files  # no uncommitted part left
+    @pytest.fixture(scope="class")
+    @classmethod
+    def storage_env(cls, s3_server: Any) -> dict[str, str]:
+        return dict(s3_server.env())

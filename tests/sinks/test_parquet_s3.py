@@ -3,10 +3,10 @@ the moto S3 server (127.0.0.1). Executors write through pyarrow's S3 filesystem;
 are staged under their final staged names and published by server-side copy to
 deterministic names, so a re-run or a repeated publish overwrites, never duplicates.
 
-The crash test SIGKILLs the ingest job (driver, JVM and Python workers) between the part
-write and the commit, between the commit and the publish, and in the middle of the
-publish; the next run (on the session's Spark, whose JVM was started without the AWS
-variables: its workers get them with each job) leaves the table equal to the source.
+The sink conformance kit SIGKILLs the ingest job (driver, JVM and Python workers) at
+every fail point, in the middle of the publish too; the next run (on the session's
+Spark, whose workers get the AWS variables with each job) leaves the table equal to the
+source. The variables never appear on a command line.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +25,13 @@ import pyarrow as pa
 import pytest
 
 from airflow_connectors.catalog import parse_pipeline
-from airflow_connectors.engine.batch import run_batch
-from airflow_connectors.engine.context import BatchContext
-from airflow_connectors.engine.discovery import context, discover
 from airflow_connectors.settings import Settings
 from airflow_connectors.sinks import _fs
 from airflow_connectors.sinks.base import SinkUnwritable
 from airflow_connectors.sinks.parquet import ParquetSink, ParquetSinkConfig
-from airflow_connectors.state.store import BatchStatus, StateStore
 from airflow_connectors.testing.conformance import table_checksum
-from airflow_connectors.testing.jobs import kill, start_job, wait_for
 from airflow_connectors.testing.s3server import ACCESS_KEY, SECRET_KEY
+from airflow_connectors.testing.sink_kit import SinkCase, SinkConformance
 
 FILES = 3
 ROWS = 1_000  # per file
@@ -299,149 +295,42 @@ def test_run_into_a_missing_bucket_fails_in_one_line(
     ), out.stderr
 
 
-# --- SIGKILL at the fail points ------------------------------------------------------
-
-POINTS = ["after_sink_write", "after_commit", "mid_publish"]
-BAD_LINE = '{"id": 99999, "name": "bad", "amount": "x"}'
+# --- the sink conformance kit on S3 ----------------------------------------------------
 
 
-@dataclass
-class Case:
-    point: str
-    root: Path
-    store_url: str
-    ctx: BatchContext
-    batch_id: int
-    #: Command lines of the job's processes (driver, JVM, workers) when it was killed.
-    command_lines: list[str] = field(default_factory=list)
+class TestParquetSinkOnS3(SinkConformance):
+    """Crashes at every fail point (``mid_publish``: one part copied into the table, the
+    kill before the next), concurrent publishers, a polling reader, an added column, with
+    the warehouse on the moto S3 server. Publish copies parts one by one, so a reader may
+    see part of a batch while it runs (``atomic_publish = False``)."""
 
-    @property
-    def table(self) -> str:
-        return f"{self.ctx.warehouse}/p/events"
+    sink_name = "parquet"
+    sink_fail_points = ("mid_publish",)
+    atomic_publish = False
 
-    def store(self) -> StateStore:
-        return StateStore(self.store_url)
+    @pytest.fixture(scope="class")
+    @classmethod
+    def warehouse_url(cls, s3_server: Any) -> str:
+        return f"s3://{s3_server.create_bucket(f'kit-{uuid.uuid4().hex[:10]}')}/wh"
 
+    @pytest.fixture(scope="class")
+    @classmethod
+    def storage_env(cls, s3_server: Any) -> dict[str, str]:
+        return dict(s3_server.env())
 
-def plan_case(root: Path, point: str, bucket: str, folder: Path) -> Case:
-    root.mkdir(parents=True)
-    spec = parse_pipeline(spec_doc(folder, errors={"tolerance": "all"}))
-    table = spec.tables[0]
-    store_url = f"sqlite:///{root / 'state.db'}"
-    ctx = context(spec, table, table.connectors[0], f"s3://{bucket}/{point}")
-    store = StateStore(store_url)
-    try:
-        found = discover(store, ctx)
-    finally:
-        store.close()
-    assert found.new_items == FILES + 1 and len(found.batch_ids) == 1
-    return Case(point, root, store_url, ctx, found.batch_ids[0])
+    def check_landed(self, case: SinkCase) -> None:
+        from pyarrow import fs as pafs
 
+        fs, staging = _fs.filesystem(_fs.join(case.warehouse, "kit", "_staging"))
+        found = fs.get_file_info(pafs.FileSelector(staging, recursive=True, allow_not_found=True))
+        left = [i.path for i in found if i.type == pafs.FileType.File]
+        assert left == [], f"{case.name}: staged objects left: {left[:5]}"
+        names = [p.rsplit("/", 1)[1] for p in _fs.files(*_fs.filesystem(case.sink().location()))]
+        assert names and all(n.startswith("part-") for n in names), case.name
 
-def no_spark() -> Any:
-    raise AssertionError("a committed batch asked for Spark")
-
-
-@pytest.fixture
-def killed(
-    aws_env: dict[str, str], s3_bucket: str, source: Source, tmp_path: Path
-) -> Iterator[dict[str, Case]]:
-    """One job per fail point, started together, each SIGKILLed at its point. The batch
-    has rows and a dead letter: at least two parts to publish (rows, then errors)."""
-    folder = tmp_path / "in"
-    folder.mkdir()
-    for f in source.folder.iterdir():
-        (folder / f.name).write_bytes(f.read_bytes())
-    (folder / "zz-bad.json").write_text(BAD_LINE + "\n")
-    cases = {p: plan_case(tmp_path / p, p, s3_bucket, folder) for p in POINTS}
-    for case in cases.values():
-        (case.root / "marks").mkdir()
-    jobs = {
-        p: start_job([c.batch_id], c.store_url, c.root / "marks", p, spark_master="local[1]")
-        for p, c in cases.items()
-    }
-    try:
-        for p, proc in jobs.items():
-            wait_for(cases[p].root / "marks" / p, proc)
-            cases[p].command_lines = command_lines(proc.pid)
-            kill(proc)
-        yield cases
-    finally:
-        for proc in jobs.values():
-            if proc.poll() is None:
-                kill(proc)
-
-
-def command_lines(group: int) -> list[str]:
-    """The command lines of the processes in process group ``group``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.getpgid(int(entry.name)) == group:
-                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except (OSError, UnicodeDecodeError):
-            continue  # gone meanwhile
-    return found
-
-
-def published(s3: Any, bucket: str, point: str) -> dict[str, str]:
-    """Parts in the table and its dead-letter table."""
-    return keys(s3, bucket, f"{point}/p/events/") | keys(s3, bucket, f"{point}/p/events__errors/")
-
-
-def test_sigkill_at_each_fail_point_then_next_run(
-    spark: Any, killed: dict[str, Case], s3_server: Any, s3_bucket: str, source: Source
-) -> None:
-    for point, case in killed.items():
-        # The AWS variables reached the job's driver and its Spark's JVM and workers
-        # through their environment, never a command line.
-        java = [c for c in case.command_lines if "java" in c.split(" ", 1)[0]]
-        assert java and len(case.command_lines) >= 2, case.command_lines
-        assert not [c for c in case.command_lines if SECRET_KEY in c or ACCESS_KEY in c]
-        table = published(s3_server, s3_bucket, point)
-        staged = [
-            k.rsplit("/", 1)[1]
-            for k in keys(s3_server, s3_bucket, f"{point}/p/_staging/")
-            if k.endswith(".parquet")
-        ]
-        store = case.store()
-        try:
-            committed = store.load_batch(case.batch_id).status == BatchStatus.COMMITTED
-            # Parts are staged under their final names (rows and dead letters), never in
-            # the table before the commit.
-            assert len(staged) >= 2 and all(n.startswith("part-") for n in staged), point
-            if point == "after_sink_write":
-                assert (len(table), committed) == (0, False), point
-            elif point == "after_commit":
-                assert (len(table), committed) == (0, True), point
-                # The killed task's retry finds the batch committed and publishes it.
-                assert not run_batch(store, case.batch_id, no_spark).committed
-            else:  # mid_publish: one part copied into the table, the kill before the next
-                assert (len(table), committed) == (1, True), point
-            first = dict(table)
-            # The connector's next run: discovery rolls forward the publish, the pending
-            # batch runs on real Spark (workers get the AWS variables with the job).
-            found = discover(store, case.ctx)
-            assert found.new_items == 0, point
-            for b in found.batch_ids:
-                assert run_batch(store, b, lambda: spark).committed, point
-            assert not run_batch(store, case.batch_id, no_spark).committed
-            assert store.unpublished_batches(case.ctx.ref) == [], point
-            assert store.pending_batches(case.ctx.ref) == [], point
-        finally:
-            store.close()
-        assert_equals_source(case.table, source)
-        [dead] = read(f"{case.table}__errors").to_pylist()
-        assert dead["source_key"].endswith("zz-bad.json"), point
-        after = published(s3_server, s3_bucket, point)
-        names = sorted(k.rsplit("/", 1)[1] for k in after)
-        prefix = f"part-{case.batch_id:010d}-"
-        assert all(n.startswith(prefix) for n in names), (point, names)
-        if point != "after_sink_write":  # not re-run: the killed attempt was committed
-            # The deterministic names of its staged parts, nothing else; the part
-            # published before the kill was overwritten under its name, not added again.
-            assert names == sorted(staged), point
-        assert set(first) <= set(after), point
-        assert keys(s3_server, s3_bucket, f"{point}/p/_staging/") == {}, point
+    def test_aws_variables_never_on_a_command_line(self, killed: dict[str, SinkCase]) -> None:
+        """The AWS variables reached the killed jobs' drivers, JVMs and Python workers
+        through their environment, never a command line."""
+        lines = [line for case in killed.values() for line in case.command_lines]
+        assert [line for line in lines if "java" in line.split(" ", 1)[0]], lines
+        assert not [line for line in lines if SECRET_KEY in line or ACCESS_KEY in line]

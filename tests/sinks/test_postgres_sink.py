@@ -1,19 +1,15 @@
 """The ``postgres`` sink against the PostgreSQL server on 127.0.0.1:5432: JSON files and
 datagen -> the real engine on local Spark -> a PostgreSQL table, with the state store in
-SQLite (elsewhere than the table). Exactly once under SIGKILL of the ingest job at each
-fail point the batch passes (then the next run): the table equals the source, every
-batch recorded once in ``_ac_sink_batches``, no staging table left. A publish repeated,
-or run by several publishers at once, adds nothing. Connection failures are one line
-without the password. Each test works in a schema of its own, dropped at the end."""
+SQLite (elsewhere than the table). The sink conformance kit (crashes at every fail
+point, concurrent publishers, a polling reader, an added column) checks every batch is
+recorded once in ``_ac_sink_batches`` and no staging table is left. Connection failures
+are one line without the password. Each test works in a schema of its own, dropped at
+the end."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import threading
-import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,19 +20,17 @@ import pytest
 from helpers import checksum, pipeline, run, status
 
 from airflow_connectors.catalog import sink_of
-from airflow_connectors.engine.batch import publish_committed, run_batch
+from airflow_connectors.engine.batch import publish_committed
 from airflow_connectors.engine.context import BatchContext
-from airflow_connectors.engine.discovery import context, discover
 from airflow_connectors.sinks.base import SinkUnwritable
 from airflow_connectors.sinks.postgres import PostgresSink, PostgresSinkConfig
 from airflow_connectors.spec.redact import mask_config, secret_fields
-from airflow_connectors.state.store import ConnectorRef, StateStore
-from airflow_connectors.testing.jobs import kill, start_job, wait_for
+from airflow_connectors.state.store import StateStore
+from airflow_connectors.testing.sink_kit import SinkCase, SinkConformance
 
 pytestmark = [pytest.mark.postgres, pytest.mark.sources]
 
 SERVER = "postgresql://postgres@127.0.0.1:5432/test"
-SPARK = "local[1]"
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE", "small": "SMALLINT"}
 
 
@@ -242,7 +236,7 @@ def sink_for_any(spec: Any, warehouse: str) -> Any:
     return sink_of(spec.tables[0], pipeline=spec.name, warehouse=warehouse)
 
 
-# --- publish: repeated, concurrent, a retried part ---------------------------------------
+# --- publish: a retried part ---------------------------------------
 
 
 def staged_batch(schema: str, source: pa.Table, parts: int = 2) -> tuple[PostgresSink, str]:
@@ -260,35 +254,6 @@ def staged_batch(schema: str, source: pa.Table, parts: int = 2) -> tuple[Postgre
         w.write(chunk.slice(chunk.num_rows // 2))
         assert w.close() == chunk.num_rows
     return sink, attempt
-
-
-def test_concurrent_publishers_and_a_repeated_publish_move_rows_once(
-    new_schema: Callable[[], str], tmp_path: Path
-) -> None:
-    """An Airflow retry rolling a publish forward beside the zombie publishing it: four
-    publishers of one batch at once, then another publish: the rows land once, the
-    batch is recorded once, the staging tables are gone."""
-    schema = new_schema()
-    source = write_source(tmp_path / "src", 1, 2000)
-    sink, attempt = staged_batch(schema, source)
-    errors: list[BaseException] = []
-
-    def publish() -> None:
-        try:
-            sink.publish(1, attempt)
-        except BaseException as e:  # reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=publish) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    sink.publish(1, attempt)
-    assert_same(sink.read(), source)
-    assert recorded(schema) == [("files", 1, 2000, 0)]
-    assert tables(schema) == ["_ac_sink_batches", "events"]
 
 
 def test_retried_part_replaces_its_staged_rows(
@@ -477,124 +442,29 @@ def test_existing_table_with_other_types_and_columns(
     assert "amount" in text and "\n" not in text, text
 
 
-# --- crashes ----------------------------------------------------------------------------
-
-FILES, ROWS = 3, 1_000
-POINTS = [
-    "before_sink_write",
-    "sink_write_started",
-    "after_sink_write",
-    "after_commit",
-    "postgres_committed",
-]
+# --- the sink conformance kit ----------------------------------------------------------
 
 
-def plan(store_url: str, source: Path, schema: str, warehouse: str) -> list[int]:
-    """Plan the connector's batches; returns their ids."""
-    spec = pipeline({"events": table_spec(source, schema)})
-    table = spec.tables[0]
-    ctx = context(spec, table, table.connectors[0], warehouse)
-    store = StateStore(store_url)
-    try:
-        return discover(store, ctx).batch_ids
-    finally:
-        store.close()
+class TestPostgresSink(SinkConformance):
+    """Crashes at every fail point (``postgres_committed``: after the transaction that
+    moved the batch in, before the state store records it published), concurrent
+    publishers, a polling reader, an added column; each case in a schema of its own:
+    every batch recorded once in ``_ac_sink_batches``, no staging table left."""
 
+    sink_name = "postgres"
+    sink_fail_points = ("postgres_committed",)
+    whole_at = ("postgres_committed",)
 
-def next_run(store_url: str, source: Path, schema: str, warehouse: str, spark: Any) -> None:
-    """The connector's next run in this process: discovery rolls a cut publish forward,
-    pending batches run."""
-    spec = pipeline({"events": table_spec(source, schema)})
-    table = spec.tables[0]
-    ctx = context(spec, table, table.connectors[0], warehouse)
-    store = StateStore(store_url)
-    try:
-        found = discover(store, ctx)
-        assert found.new_items == 0, "the next run planned the source again"
-        for b in found.batch_ids:
-            assert run_batch(store, b, lambda: spark).committed
-        ref = ConnectorRef("p", "events", "files")
-        assert store.pending_batches(ref) == [] and store.unpublished_batches(ref) == []
-    finally:
-        store.close()
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sink_config(cls, new_schema: Callable[[], str]) -> Callable[[str], dict[str, Any]]:
+        return lambda case: sink_config(new_schema())
 
-
-def test_kill_at_each_point_then_next_run(
-    spark: Any, new_schema: Callable[[], str], tmp_path: Path
-) -> None:
-    """An ingest job (state store in SQLite) SIGKILLed at each fail point (all started
-    together), then the next run: the PostgreSQL table equals the source, the batch is
-    recorded once, no staging table is left. Before the PostgreSQL commit a reader sees
-    no row of the batch; after it, all of them."""
-    folder = tmp_path / "source"
-    source = write_source(folder, FILES, ROWS)
-    cases: dict[str, tuple[str, str, str]] = {}
-    jobs: dict[str, subprocess.Popen[bytes]] = {}
-    try:
-        for point in POINTS:
-            root = tmp_path / point
-            (root / "marks").mkdir(parents=True)
-            url, schema, wh = f"sqlite:///{root / 'state.db'}", new_schema(), str(root / "wh")
-            (batch_id,) = plan(url, folder, schema, wh)
-            cases[point] = (url, schema, wh)
-            jobs[point] = start_job([batch_id], url, root / "marks", point, spark_master=SPARK)
-        for point, proc in jobs.items():
-            wait_for(tmp_path / point / "marks" / point, proc)
-            kill(proc)
-    finally:
-        for proc in jobs.values():
-            if proc.poll() is None:
-                kill(proc)
-    for point, (url, schema, wh) in cases.items():
-        visible = sql(f"SELECT count(*) FROM {schema}.events")[0][0]
-        assert visible == (FILES * ROWS if point == "postgres_committed" else 0), point
-        next_run(url, folder, schema, wh, spark)
-        spec = pipeline({"events": table_spec(folder, schema)})
-        assert_same(sink_for(spec).read(), source)
-        assert [r[1:] for r in recorded(schema)] == [(1, FILES * ROWS, 0)], point
-        assert tables(schema) == ["_ac_sink_batches", "events"], point
-
-
-def test_reader_never_sees_part_of_a_batch(
-    spark: Any, new_schema: Callable[[], str], tmp_path: Path
-) -> None:
-    """A job ingests three batches (one file each) while this process polls the table:
-    every read holds whole batches only, and the last one all of them, each batch
-    recorded once."""
-    folder = tmp_path / "source"
-    source = write_source(folder, FILES, ROWS)
-    url, schema, wh = f"sqlite:///{tmp_path / 'state.db'}", new_schema(), str(tmp_path / "wh")
-    spec = pipeline({"events": table_spec(folder, schema, tasks_max=FILES)})
-    table = spec.tables[0]
-    store = StateStore(url)
-    try:
-        ids = discover(store, context(spec, table, table.connectors[0], wh)).batch_ids
-    finally:
-        store.close()
-    assert len(ids) == FILES
-    (tmp_path / "marks").mkdir()
-    proc = start_job(ids, url, tmp_path / "marks", spark_master=SPARK)
-    out: list[bytes] = []  # drained meanwhile, so the job never blocks on a full pipe
-    drain = threading.Thread(target=lambda: out.append(proc.communicate()[0] or b""))
-    drain.start()
-    seen: set[int] = set()
-    try:
-        while True:
-            done = proc.poll() is not None
-            exists = sql("SELECT to_regclass($1) IS NOT NULL", f"{schema}.events")[0][0]
-            rows = [r[0] for r in sql(f"SELECT id FROM {schema}.events")] if exists else []
-            per_file = Counter(i // ROWS for i in rows)  # a batch is one source file
-            assert all(n == ROWS for n in per_file.values()), f"part of a batch: {per_file}"
-            seen.add(len(rows))
-            if done:
-                break
-            time.sleep(0.05)
-    finally:
-        if proc.poll() is None:
-            kill(proc)
-        drain.join()
-    assert proc.returncode == 0, b"".join(out).decode(errors="replace")[-3000:]
-    assert max(seen) == FILES * ROWS
-    assert_same(sink_for(spec).read(), source)
-    assert sorted(r[1] for r in recorded(schema)) == sorted(ids)
-    assert tables(schema) == ["_ac_sink_batches", "events"]
+    def check_landed(self, case: SinkCase) -> None:
+        sink = case.sink()
+        assert isinstance(sink, PostgresSink)
+        schema = sink.target()[0]
+        assert schema is not None
+        batches = sorted(r[1] for r in recorded(schema))
+        assert batches == case.committed(), f"{case.name}: recorded {batches}"
+        assert [t for t in tables(schema) if t.startswith("_ac_stage_")] == [], case.name
