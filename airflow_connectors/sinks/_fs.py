@@ -5,7 +5,8 @@ through one :class:`pyarrow.fs.FileSystem` (what the executors write with).
     fs, path = filesystem("/data/wh/p/events")        # LocalFileSystem, the same path
     location = join("s3://lake/wh", "p", "events")     # URL-aware os.path.join
 
-S3 settings come from the standard AWS environment, read here explicitly because
+S3 settings come from the standard AWS environment, read by the connection layer
+(:meth:`~airflow_connectors.connections.aws.AwsSettings.from_environment`) because
 pyarrow's S3 filesystem reads only the credentials by itself:
 
 - ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (``http://127.0.0.1:9000`` for MinIO or
@@ -29,11 +30,14 @@ it deletes; readers (pyarrow.dataset, Spark, DuckDB) ignore them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import re
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+from airflow_connectors.connections.aws import AwsSettings
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -101,23 +105,12 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
         if not url.netloc:
             raise ValueError(f"{location}: an S3 URL needs a bucket: s3://bucket/prefix")
         path = f"{url.netloc}/{url.path.strip('/')}".rstrip("/")
-        endpoint_url, region, *credentials = _s3_settings()
-        if not endpoint_url and not region:  # AWS itself: the bucket's own region
-            region = _bucket_region(url.netloc)
-        return _s3(endpoint_url, region, *credentials), path
+        settings = AwsSettings.from_environment()
+        if not settings.endpoint_url and not settings.region:  # AWS: the bucket's own region
+            settings = dataclasses.replace(settings, region=_bucket_region(url.netloc))
+        return settings.pyarrow_filesystem(), path
     raise ValueError(
         f"{location}: unsupported URL scheme {kind!r}; use a local folder or s3://bucket/prefix"
-    )
-
-
-def _s3_settings() -> tuple[str | None, str | None, str | None, str | None, str | None]:
-    env = os.environ.get
-    return (
-        endpoint(),
-        env("AWS_REGION") or env("AWS_DEFAULT_REGION"),
-        env("AWS_ACCESS_KEY_ID"),
-        env("AWS_SECRET_ACCESS_KEY"),
-        env("AWS_SESSION_TOKEN"),
     )
 
 
@@ -130,31 +123,6 @@ def _bucket_region(bucket: str) -> str | None:
         return str(pafs.resolve_s3_region(bucket))
     except (OSError, ValueError):
         return None
-
-
-@functools.lru_cache(maxsize=8)
-def _s3(
-    endpoint_url: str | None,
-    region: str | None,
-    access_key: str | None,
-    secret_key: str | None,
-    session_token: str | None,
-) -> pafs.S3FileSystem:
-    """One S3 filesystem per distinct setting (a part writer per work item reuses it)."""
-    from pyarrow import fs as pafs
-
-    kwargs: dict[str, object] = {}
-    if endpoint_url:
-        url = urlsplit(endpoint_url if "://" in endpoint_url else f"https://{endpoint_url}")
-        kwargs["endpoint_override"] = url.netloc
-        kwargs["scheme"] = url.scheme or "https"
-    if region:
-        kwargs["region"] = region
-    if access_key and secret_key:
-        kwargs.update(access_key=access_key, secret_key=secret_key)
-        if session_token:
-            kwargs["session_token"] = session_token
-    return pafs.S3FileSystem(**kwargs)
 
 
 def aws_environment() -> dict[str, str]:
@@ -261,5 +229,4 @@ def _endpoint_name() -> str:
 def aws_secret_values() -> list[str]:
     """The secrets among this process's AWS variables (secret key, session token): what
     log maskers must hide."""
-    names = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-    return [v for v in (os.environ.get(n) for n in names) if v]
+    return sorted(AwsSettings.from_environment().secrets())

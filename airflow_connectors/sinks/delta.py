@@ -84,19 +84,11 @@ def storage_options(uri: str) -> dict[str, str] | None:
     """delta-rs storage options for ``uri``: for S3 the ``AWS_*`` environment the
     executors' filesystem uses too (:mod:`._fs`: endpoint, credentials, region; plain
     HTTP allowed for an ``http://`` endpoint), else None."""
+    from airflow_connectors.connections.aws import AwsSettings
+
     if not _fs.is_object_store(uri):
         return None
-    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ALLOW_HTTP")
-    opts = {n: os.environ[n] for n in names if os.environ.get(n)}
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    if region:
-        opts["AWS_REGION"] = region
-    endpoint = _fs.endpoint()
-    if endpoint:
-        opts["AWS_ENDPOINT_URL"] = endpoint
-        if endpoint.startswith("http://"):
-            opts.setdefault("AWS_ALLOW_HTTP", "true")
-    return opts
+    return AwsSettings.from_environment().storage_options()
 
 
 def _why(e: BaseException) -> str:

@@ -386,17 +386,11 @@ def catalog_properties(uri: str, location: str) -> dict[str, str]:
     """pyiceberg SqlCatalog properties: the database URL and, for a table on S3, the
     endpoint, region and credentials from the AWS environment (as :mod:`._fs` reads
     them)."""
+    from airflow_connectors.connections.aws import AwsSettings
+
     props = {"uri": uri, "init_catalog_tables": "true"}
     if _fs.is_object_store(location):
-        env = os.environ.get
-        values = {
-            "s3.endpoint": _fs.endpoint(),
-            "s3.region": env("AWS_REGION") or env("AWS_DEFAULT_REGION"),
-            "s3.access-key-id": env("AWS_ACCESS_KEY_ID"),
-            "s3.secret-access-key": env("AWS_SECRET_ACCESS_KEY"),
-            "s3.session-token": env("AWS_SESSION_TOKEN"),
-        }
-        props.update({k: v for k, v in values.items() if v})
+        props.update(AwsSettings.from_environment().iceberg_properties())
     return props
 
 

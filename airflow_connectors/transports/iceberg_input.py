@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from airflow_connectors.connections.aws import AwsSettings
 from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.datasets import LineageDataset, storage_dataset
 from airflow_connectors.transports.base import MTIME, Cursor, Limits, Transport, WorkItem
@@ -262,20 +262,12 @@ class IcebergInputTransport(Transport):
         c = self.config
         secrets = [
             *secret_values({"catalog_uri": c.catalog_uri, **c.catalog_properties}),
-            *(v for k in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN") if (v := os.getenv(k))),
+            *AwsSettings.from_environment().secrets(),
         ]
         return mask_url(mask_text(text, secrets))
 
     def _properties(self) -> dict[str, str]:
-        env = os.environ.get
-        values = {
-            "s3.endpoint": env("AWS_ENDPOINT_URL_S3") or env("AWS_ENDPOINT_URL"),
-            "s3.region": env("AWS_REGION") or env("AWS_DEFAULT_REGION"),
-            "s3.access-key-id": env("AWS_ACCESS_KEY_ID"),
-            "s3.secret-access-key": env("AWS_SECRET_ACCESS_KEY"),
-            "s3.session-token": env("AWS_SESSION_TOKEN"),
-        }
-        props = {k: v for k, v in values.items() if v}
+        props = AwsSettings.from_environment().iceberg_properties()
         props.update(self.config.catalog_properties)
         props["uri"] = self.config.catalog_uri
         # A reader creates nothing: a wrong URL must not leave catalog tables behind.
