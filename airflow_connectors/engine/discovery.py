@@ -338,9 +338,14 @@ def _late_work(store: StateStore, ctx: BatchContext, cursor: Cursor) -> bool:
         return False
     transport = ctx.transport()
     limits = Limits(max_records=1, max_items=1, now=time.time(), appendable=_appendable(ctx))
+    report = transport.context.new_report()
     late = next(iter(transport.discover(_complete_listing(cursor), limits)), None)
     if late is None:
-        return False
+        # A key that waits for its minimum age and sorts below the watermark is read by
+        # a re-list once it is old enough.
+        if any(key <= cursor.watermark for key, _ in report.waiting):
+            store.request_relist(ctx.ref)
+        return bool(report.waiting)
     if late.key <= cursor.watermark:
         log.info(
             "%s: %s sorts below the watermark and arrived after the last re-list; the "
@@ -353,17 +358,16 @@ def _late_work(store: StateStore, ctx: BatchContext, cursor: Cursor) -> bool:
 
 
 def _exhausted(transport: Transport, cursor: Cursor) -> bool:
+    """The transport's verdict; else (None) whether it is bounded and a discovery finds
+    nothing new and nothing that waits (for a minimum age)."""
     verdict = transport.exhausted(cursor)
     if verdict is not None:
         return verdict
-    return (
-        transport.bounded
-        and next(
-            iter(transport.discover(cursor, Limits(max_records=1, max_items=1, now=time.time()))),
-            None,
-        )
-        is None
-    )
+    if not transport.bounded:
+        return False
+    report = transport.context.new_report()
+    limits = Limits(max_records=1, max_items=1, now=time.time())
+    return next(iter(transport.discover(cursor, limits)), None) is None and not report.waiting
 
 
 def split(items: list[WorkItem], slots: int, max_records: int | None) -> list[list[WorkItem]]:

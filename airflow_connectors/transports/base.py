@@ -243,7 +243,7 @@ class Transport(ABC):
         self.table = table
         #: Set by the framework after construction (``catalog.transport_of``); the
         #: defaults otherwise.
-        self.context = SourceContext(table=table.name)
+        self.context = SourceContext(table=getattr(table, "name", ""))
 
     # The report of the current discovery and the retry settings, under the names
     # transports used before ``context`` existed.

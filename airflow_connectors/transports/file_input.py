@@ -8,37 +8,29 @@ never ends the input.
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import os
 import stat
-import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, field_validator
 
-from airflow_connectors.spec.config import StrictConfig
-from airflow_connectors.transports.base import (
-    MTIME,
-    Cursor,
-    KeyOffset,
-    Limits,
-    Transport,
-    WorkItem,
-    check_scope,
+from airflow_connectors.transports.base import Cursor, WorkItem
+from airflow_connectors.transports.listing import (
+    COMPRESSED_SIZE,
+    Compression,
+    ListingConfig,
+    ListingSource,
+    ObjectInfo,
 )
-from airflow_connectors.transports.compression import codec_of, decompress, skip
-from airflow_connectors.transports.retry import retrying_stream
+
+__all__ = ["COMPRESSED_SIZE", "FileInputConfig", "FileInputTransport"]
 
 READ_CHUNK = 8 << 20
-#: ``meta`` key of a compressed file's size in bytes: its offsets count decompressed
-#: bytes, so this is how a change of a committed compressed file is noticed.
-COMPRESSED_SIZE = "compressed_size"
 
 
-class FileInputConfig(StrictConfig):
+class FileInputConfig(ListingConfig):
     """Feldera's ``file_input`` config, reading a folder or glob as well as one file."""
 
     path: str = Field(
@@ -92,7 +84,7 @@ class FileInputConfig(StrictConfig):
         "timestamps that lag (a network file system's clock); raise it for such mounts.",
     )
 
-    compression: Literal["auto", "none", "gzip", "zstd", "bz2"] = Field(
+    compression: Compression = Field(
         default="auto",
         description="How files are compressed: auto (by extension: .gz/.gzip, .zst/.zstd, "
         ".bz2; other files are read as they are), none, or gzip, zstd or bz2 for every "
@@ -107,13 +99,18 @@ class FileInputConfig(StrictConfig):
         return v.removeprefix("file://")
 
 
-class FileInputTransport(Transport):
+class FileInputTransport(ListingSource):
     """The ``file_input`` transport: each matching local file is a work item, keyed by its
-    absolute path; byte offsets let a followed file be read again from where it stopped."""
+    absolute path; the listing mechanics are :class:`~.listing.ListingSource`'s. Files
+    tail (``follow: true`` reads appended lines) and empty files are committed."""
 
     name = "file_input"
     Config = FileInputConfig
     config: FileInputConfig
+    skip_empty = False
+    appends = True
+    follow_tails = True
+    noun = "file"
 
     @classmethod
     def resolve_config(cls, raw: dict[str, object], base_dir: Path | None) -> dict[str, object]:
@@ -125,20 +122,27 @@ class FileInputTransport(Transport):
                 return {**raw, "path": str(base_dir / bare)}
         return raw
 
-    @property
-    def bounded(self) -> bool:
-        """Bounded unless ``follow: true``."""
-        return not self.config.follow
+    def location(self) -> str:
+        """The configured path (file, folder or glob)."""
+        return str(self.config.path)
 
-    def _list_files(self) -> list[str]:
-        """Absolute paths of what ``path`` matches now, sorted (see :meth:`_listed`)."""
-        return sorted(self._listed())
+    def scope(self) -> str:
+        """The folder before the first glob character, the folder, or the file."""
+        return _scope(str(self.config.path))
+
+    def empty_message(self) -> str:
+        """A path that matches nothing."""
+        return (
+            f"file_input: {self.config.path} matches no file (missing file or folder, or an "
+            "empty glob); nothing was read. Check the path, or add files and run the "
+            "connector again"
+        )
 
     def _listed(self) -> list[str]:
         """Absolute paths of what ``path`` matches now, in no order; under a folder,
         names starting with ``.`` or ``_`` (and their folders) are skipped. Nothing is
-        stat-ed here (a glob may match folders; ``discover`` skips what is not a file),
-        so a folder of many committed files costs a directory listing."""
+        stat-ed here (a glob may match folders, skipped once stat-ed), so a folder of
+        many committed files costs a directory listing."""
         path = self.config.path
         if glob.has_magic(path):
             return list({os.path.abspath(f) for f in glob.glob(path, recursive=True)})
@@ -146,220 +150,47 @@ class FileInputTransport(Transport):
             return _walk(os.path.abspath(path))
         return [os.path.abspath(path)] if os.path.isfile(path) else []
 
-    def discover(self, cursor: Cursor, limits: Limits) -> Iterator[WorkItem]:
-        """New files from byte 0, and the unread tail of files not read to their end. Files
-        modified within ``min_file_age`` wait; a committed file that changed is a notice
-        (or new work, when its format is line oriented and it grew).
+    def list_objects(self, after: str | None) -> Iterator[ObjectInfo]:
+        """The files whose paths sort after ``after`` (every file when None)."""
+        return _stat(sorted(p for p in self._listed() if after is None or p > after))
 
-        Without ``follow``, paths up to the cursor's watermark are skipped without a
-        ``stat`` except on a re-list (the first listing, then every ``relist_every``
-        discoveries), which also finds files below the watermark that have no offsets
-        row and changed at or after ``late_after`` (late files); a complete re-list
-        reports its start minus ``relist_margin_s`` as ``relisted_at``."""
-        self.relisted_at = None
-        self.waiting = []
-        started = time.time()
-        follow = self.config.follow
-        if not follow:  # following keeps every offsets row: no watermark to trust
-            check_scope(
-                "file_input", str(self.config.path), _scope(str(self.config.path)), cursor.watermark
-            )
+    def objects_to_consider(self, cursor: Cursor, full: bool) -> Iterator[ObjectInfo]:
+        """Every file on a re-list; otherwise the paths after the watermark and those up
+        to it that still have an offsets row (appends to them are read, changes noticed,
+        before they collapse). Only those are ``stat``-ed: committed paths cost a string
+        comparison each."""
         files = self._listed()
-        if not files and not follow and not cursor.offsets and cursor.watermark is None:
-            self.notices.append(
-                (
-                    f"file_input: {self.config.path} matches no file (missing file or folder, "
-                    "or an empty glob); nothing was read. Check the path, or add files and "
-                    "run the connector again",
-                    None,
-                )
-            )
-        full = (
-            follow
-            or cursor.watermark is None
-            or cursor.since_relist >= self.config.relist_every - 1
-        )
-        relisted_at = started - self.config.relist_margin_s
-        now = limits.now or time.time()
-        emitted = 0
-        for path in sorted(files) if full else _after_watermark(files, cursor):
-            if emitted >= limits.max_items:
-                return  # cut: not a complete listing
-            if path in cursor.in_flight:
-                continue
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                continue  # removed since it was listed
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            # When the file took its current content or name: a file renamed into the
-            # folder keeps its mtime but gets a new ctime.
-            changed = max(st.st_mtime, st.st_ctime)
-            if now - st.st_mtime < self.config.min_file_age:
-                # Modified within min_file_age: maybe still being written. It waits for a
-                # later discovery rather than being read up to its current size (and this
-                # re-list vouches only for files older than it).
-                relisted_at = min(relisted_at, changed)
-                self.waiting.append((path, st.st_mtime + self.config.min_file_age))
-                continue
-            item = self._item(path, st.st_size, changed, cursor, limits)
-            if item is None:
-                continue
-            yield item
-            emitted += 1
-        if full and not follow:
-            self.relisted_at = relisted_at
+        return _stat(sorted(files) if full else _after_watermark(files, cursor))
 
-    def _item(
-        self, path: str, size: int, changed: float, cursor: Cursor, limits: Limits
-    ) -> WorkItem | None:
-        """The work of a listed file (None: nothing to read), with its change time as
-        ``MTIME`` unless following (appends need every file's offsets: none collapse)."""
-        done = cursor.get(path)
-        if done is None and _collapsed(path, changed, cursor):
-            return None  # committed; its offsets row collapsed into the watermark
-        item: WorkItem | None
-        if done is not None and not done.completed and size == 0 == done.offset:
-            # An empty file whose planned batch was released: nothing to read but its
-            # commit.
-            item = None if self.config.follow else WorkItem(key=path, start=0, end=0, size=0)
-        elif self._codec(path) is not None:
-            item = self._compressed(path, size, done)
-        else:
-            item = self._plain(path, size, done, limits)
-        if item is None or self.config.follow:
-            return item
-        return dataclasses.replace(item, meta={**item.meta, MTIME: changed})
+    def open_range(self, item: WorkItem, start: int, end: int | None) -> Iterator[bytes]:
+        """Bytes ``[start, end)`` of the file (``FileNotFoundError`` when it is gone)."""
+        return _read_range(item.key, start, end, self.config.buffer_size_bytes or READ_CHUNK)
 
-    def _plain(
-        self, path: str, size: int, done: KeyOffset | None, limits: Limits
-    ) -> WorkItem | None:
-        """The work of an uncompressed file of ``size`` bytes (None: nothing to read)."""
-        if done is None:
-            return WorkItem(key=path, start=0, end=size, size=size, final=not self.config.follow)
-        if not done.completed and size > max(done.offset, done.meta.get("seen", 0)):
-            # Bytes past the offset that were already looked at (an unfinished last
-            # line) are read again only once the file has grown.
-            return WorkItem(
-                key=path,
-                start=done.offset,
-                end=size,
-                size=size,
-                records_done=done.records,
-                final=not self.config.follow,
-            )
-        if done.completed and size != done.offset:
-            return self._changed(path, size, done, limits)
-        return None
-
-    def _codec(self, path: str) -> str | None:
-        """The codec ``path`` is read with (None: not compressed)."""
-        return codec_of(path, self.config.compression)
-
-    def _compressed(self, path: str, size: int, done: KeyOffset | None) -> WorkItem | None:
-        """The work of a compressed file: planned whole (``end=None``, its decompressed
-        size is unknown), from the decompressed offset committed before, never read as a
-        growing file. Its compressed size is kept with the offset (``meta``), so a
-        committed file that changed is a notice."""
-        meta = {COMPRESSED_SIZE: size}
-        if done is None:
-            return WorkItem(key=path, start=0, end=None, size=size, meta=meta)
-        if not done.completed:
-            return WorkItem(
-                key=path,
-                start=done.offset,
-                end=None,
-                size=size,
-                records_done=done.records,
-                meta=meta,
-            )
-        if done.meta.get(COMPRESSED_SIZE, size) != size:
-            self.notices.append(
-                (
-                    f"file_input: {path} changed after it was committed (compressed size "
-                    f"{done.meta[COMPRESSED_SIZE]} bytes, now {size} bytes); its new content "
-                    "is not read. Write new data to new files, or reset the connector's "
-                    "offsets to read it again",
-                    path,
-                )
-            )
-        return None
-
-    def _changed(self, path: str, size: int, done: KeyOffset, limits: Limits) -> WorkItem | None:
-        """A file that was read completely and has changed size since."""
-        if size > done.offset and limits.appendable:
-            # Lines appended after it was committed: read them as new work.
-            return WorkItem(
-                key=path,
-                start=done.offset,
-                end=size,
-                size=size,
-                records_done=done.records,
-                final=True,
-            )
-        self.notices.append(
-            (
-                f"file_input: {path} changed after it was committed ({done.offset} bytes read, "
-                f"now {size} bytes); its new content is not read. Write new data to new "
-                "files, or reset the connector's offsets to read it again",
-                path,
-            )
-        )
-        return None
-
-    def exhausted(self, cursor: Cursor) -> bool | None:
-        """Not at end of input while a matching file is unread or not read to its end,
-        including files that wait for ``min_file_age``."""
-        if self.config.follow:
-            return False
-        w = cursor.watermark
-        for path in self._list_files():
-            done = cursor.get(path)
-            if done is None:
-                if w is not None and cursor.late_after is not None and path <= w:
-                    # Collapsed into the watermark (a late file below it is found by the
-                    # next re-list, which then reopens the input).
-                    continue
-                if os.path.isfile(path):
-                    return False
-                continue
-            if not done.completed:
-                return False
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                continue
-            was = done.meta.get(COMPRESSED_SIZE, done.offset)
-            if st.st_size != was and time.time() - st.st_mtime < self.config.min_file_age:
-                return False  # changing right now: decided once it settles
-        return None
-
-    def read(self, item: WorkItem) -> Iterator[bytes]:
-        """The bytes of ``item``'s byte range, or for a compressed file its decompressed
-        bytes from ``item.start`` (the file is read from its first byte and what comes
-        before is skipped). Transient ``OSError``\\ s of a network mount (EIO, ETIMEDOUT,
-        ESTALE) are retried under the connector's ``errors.retry.*``, re-opening the file
-        at the byte reached; ``FileNotFoundError`` when the file is gone."""
-        chunk = self.config.buffer_size_bytes or READ_CHUNK
-        codec = self._codec(item.key)
-        if codec is None:
-            start, end = item.start, item.end
-        else:
-            start, end = 0, None
-
-        def open_at(offset: int) -> Iterator[bytes]:
-            return _read_range(item.key, start + offset, end, chunk)
-
-        raw = retrying_stream(self.retry, f"file_input: {item.key}", open_at)
-        if codec is None:
-            yield from raw
-        else:
-            yield from skip(decompress(raw, codec, name=item.key), item.start)
+    def read_label(self, key: str) -> str:
+        """``file_input: <path>``."""
+        return f"file_input: {key}"
 
     def describe(self) -> str:
         """The path, with ``(follow)`` when following."""
         return f"file_input: {self.config.path}{' (follow)' if self.config.follow else ''}"
+
+
+def _stat(paths: Iterable[str]) -> Iterator[ObjectInfo]:
+    """The regular files of ``paths`` (in their order) with size and times; a file
+    renamed into the folder keeps its mtime but gets a new ctime, which is when it took
+    its current content or name."""
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue  # removed since it was listed
+        if stat.S_ISREG(st.st_mode):
+            yield ObjectInfo(
+                key=path,
+                size=st.st_size,
+                mtime=st.st_mtime,
+                changed=max(st.st_mtime, st.st_ctime),
+            )
 
 
 def _walk(root: str) -> list[str]:
@@ -408,13 +239,6 @@ def _after_watermark(files: list[str], cursor: Cursor) -> list[str]:
         present = set(files)
         below = [k for k in below if k in present]
     return below + sorted(p for p in files if p > w)
-
-
-def _collapsed(path: str, changed: float, cursor: Cursor) -> bool:
-    """Whether a file without an offsets row was committed and collapsed into the
-    watermark: at or below it and unchanged since before ``late_after``."""
-    w, late_after = cursor.watermark, cursor.late_after
-    return w is not None and late_after is not None and path <= w and changed < late_after
 
 
 def _read_range(path: str, start: int, end: int | None, chunk: int) -> Iterator[bytes]:

@@ -1,21 +1,13 @@
-"""``s3_input``: objects of an S3 (or S3-compatible) bucket, after Aiven's cloud-storage
-source design, made complete.
+"""``s3_input``: objects of an S3 (or S3-compatible) bucket, a listing source
+(:mod:`.listing`: the framework owns the watermark, re-lists and late keys, collapse,
+compression, byte ranges and change notices).
 
-Keys are work items in key order. Discovery lists with ``StartAfter`` = the cursor's
-watermark (every key up to it is committed), so a bucket of 100,000 committed objects
-costs a listing of what is new. Every ``relist_every`` discoveries it lists the whole
-prefix: a key that sorts below the watermark and has no offsets row is late work when it
-was modified at or after the cursor's ``late_after`` (Aiven misses these), and a
-collapsed, committed key otherwise. A re-list that reached the end reports when it
-started (the server's ``Date``, minus ``relist_margin_s``) as ``relisted_at``.
-
-Zero-byte objects are skipped. An object is read with ranged GETs, so a batch resumes
-mid-object from the committed byte offset; line-oriented formats read objects larger than
-``max_object_bytes_per_batch`` in byte ranges, one range of a key per discovery (the next
-one starts at the committed offset, which is always a record boundary). Compressed
-objects (by extension or ``compression``) are streamed through the decompressor from byte
-0; their offsets count decompressed bytes, and they are never split. Reads stream in
-chunks of 8 MiB; an object is never held whole in memory.
+What is S3's own: listing with ``StartAfter`` (one ``HEAD`` for a single ``key``) and the
+server's ``Date`` as the re-list time; reading a byte range with a ranged ``GET`` that
+carries ``If-Match`` with the ETag planned, so rows of two versions of an object never
+mix; S3's errors as one line without secrets. Zero-byte objects (folder
+markers) are skipped. Reads stream in chunks of 8 MiB; an object is never held whole in
+memory.
 """
 
 from __future__ import annotations
@@ -24,21 +16,13 @@ import ipaddress
 import re
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 
-from airflow_connectors.spec.config import StrictConfig
-from airflow_connectors.transports import _s3, compression, retry
-from airflow_connectors.transports.base import (
-    MTIME,
-    Cursor,
-    KeyOffset,
-    Limits,
-    Transport,
-    WorkItem,
-    check_scope,
-)
+from airflow_connectors.transports import _s3, retry
+from airflow_connectors.transports.base import WorkItem
+from airflow_connectors.transports.listing import ListingConfig, ListingSource, ObjectInfo
 
 #: Bytes asked of a response body at a time.
 READ_CHUNK = 8 << 20
@@ -48,7 +32,7 @@ T = TypeVar("T")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
-class S3InputConfig(StrictConfig):
+class S3InputConfig(ListingConfig):
     """Feldera's ``s3_input`` config, plus an Airflow connection, follow mode, the re-list
     cadence, byte-range splitting and decompression."""
 
@@ -103,40 +87,12 @@ class S3InputConfig(StrictConfig):
         "key pair, its extra's region_name and endpoint_url the region and endpoint. "
         "Resolved by Airflow in Airflow tasks, else from the AIRFLOW_CONN_<ID> variable.",
     )
-    follow: bool = Field(
-        default=False,
-        description="false: read the objects that exist now and end the input once all of "
-        "them are committed (objects added later are still read by later runs). true: "
-        "never end the input; every discovery picks up new objects.",
-    )
-    relist_every: int = Field(
-        default=10,
-        ge=1,
-        description="Every this many discoveries, list the whole prefix instead of only "
-        "the keys after the committed watermark, to find objects whose keys sort below it "
-        "(late keys). 1: list everything every time. Whatever this is, the new-data "
-        "probe of `trigger: {on: new_data}` and the end-of-input check of a discovery "
-        "that found nothing list the whole prefix, so a late key is seen at once and the "
-        "next discovery re-lists to read it.",
-    )
-    relist_margin_s: float = Field(
-        default=300.0,
-        ge=0,
-        description="Seconds taken off a re-list's start time before objects older than it "
-        "count as seen: multipart uploads carry their start time as LastModified, so an "
-        "upload that completes after a re-list is still found by the next one.",
-    )
     max_object_bytes_per_batch: int | None = Field(
         default=None,
         gt=0,
         description="Line-oriented formats (JSON lines, CSV): an uncompressed object larger "
         "than this is read in byte ranges of this size, one range per batch; a crash loses "
         "at most one range. Unset: whole objects.",
-    )
-    compression: Literal["auto", "none", "gzip", "zstd", "bz2"] = Field(
-        default="auto",
-        description="How objects are compressed. auto: by extension (.gz, .zst, .bz2); "
-        "none: read bytes as they are. Compressed objects are streamed, never split.",
     )
 
     @field_validator("bucket_name")
@@ -186,7 +142,7 @@ class ObjectChanged(FileNotFoundError):
     A ``FileNotFoundError`` so the engine treats it as an unreadable object."""
 
 
-class S3InputTransport(Transport):
+class S3InputTransport(ListingSource):
     """The ``s3_input`` transport: each object under the prefix is a work item keyed by
     its key; byte offsets let an object be resumed mid-way with a ranged GET."""
 
@@ -198,6 +154,7 @@ class S3InputTransport(Transport):
         super().__init__(config, table)
         self._client: Any = None
         self._creds: _s3.AwsCredentials | None = None
+        self._started_at: Callable[[], float | None] = lambda: None
         #: List requests made by this transport's discoveries (for tests and benchmarks).
         self.list_requests = 0
 
@@ -226,184 +183,87 @@ class S3InputTransport(Transport):
         except Exception as e:
             raise _s3.translate(e, what, self._secrets()) from e
 
-    def _url(self, key: str) -> str:
+    def object_url(self, key: str) -> str:
+        """``s3://bucket/key``."""
         return f"s3://{self.config.bucket_name}/{key}"
 
-    @property
-    def bounded(self) -> bool:
-        """Bounded unless ``follow: true``."""
-        return not self.config.follow
+    _url = object_url
 
-    # --- discovery --------------------------------------------------------------------
+    # --- listing ----------------------------------------------------------------------
 
-    def discover(self, cursor: Cursor, limits: Limits) -> Iterator[WorkItem]:
-        """Objects after the watermark (all of them on a re-list) that are neither in
-        flight, empty nor committed, in key order; at most ``limits.max_items``."""
-        self.relisted_at = None
-        scope = self.config.key if self.config.key is not None else self.config.prefix or ""
-        check_scope("s3_input", self._describe_source(), scope, cursor.watermark)
-        full = cursor.watermark is None or cursor.since_relist >= self.config.relist_every - 1
-        objects, started_at = self._objects(None if full else cursor.watermark)
-        seen = emitted = 0
-        for obj in objects:
-            seen += 1
-            item = self._plan(obj, cursor, limits)
-            if item is None:
-                continue
-            if emitted >= limits.max_items:
-                return  # cut: not a complete listing
-            yield item
-            emitted += 1
-        if full and started_at() is not None:
-            self.relisted_at = float(started_at() or 0) - self.config.relist_margin_s
-        if (
-            not seen
-            and full
-            and not self.config.follow
-            and not (cursor.offsets or cursor.watermark)
-        ):
-            self.notices.append(
-                (
-                    f"s3_input: {self._describe_source()} holds no object; "
-                    "nothing was read. Check bucket_name and prefix/key, or add "
-                    "objects and run the connector again",
-                    None,
-                )
-            )
+    def location(self) -> str:
+        """``s3://bucket/prefix`` (or the one key)."""
+        return self._url(self.scope())
 
-    def _describe_source(self) -> str:
-        if self.config.key is not None:
-            return self._url(self.config.key)
-        return self._url(self.config.prefix or "")
+    def scope(self) -> str:
+        """The one key, or the prefix."""
+        return self.config.key if self.config.key is not None else self.config.prefix or ""
 
-    def _objects(
-        self, start_after: str | None
-    ) -> tuple[Iterator[_s3.S3Object], Callable[[], float | None]]:
-        """The objects to consider, and how to get the server's time at listing start."""
+    def empty_message(self) -> str:
+        """A prefix or key that holds nothing."""
+        return (
+            f"s3_input: {self.location()} holds no object; nothing was read. Check "
+            "bucket_name and prefix/key, or add objects and run the connector again"
+        )
+
+    def list_objects(self, after: str | None) -> Iterator[ObjectInfo]:
+        """``ListObjectsV2`` with ``StartAfter`` = ``after`` (a ``HEAD`` for one key)."""
         if self.config.key is not None:
             return self._one_object(self.config.key)
         listing = _s3.Listing(
-            self.client, self.config.bucket_name, self.config.prefix or "", start_after, self._call
+            self.client, self.config.bucket_name, self.config.prefix or "", after, self._call
         )
+        self._started_at = lambda: listing.started_at
 
-        def objects() -> Iterator[_s3.S3Object]:
+        def objects() -> Iterator[ObjectInfo]:
             try:
-                yield from listing
+                for obj in listing:
+                    yield ObjectInfo(key=obj.key, size=obj.size, mtime=obj.mtime, etag=obj.etag)
             finally:
                 self.list_requests += listing.pages
 
-        return objects(), lambda: listing.started_at
+        return objects()
 
-    def _one_object(self, key: str) -> tuple[Iterator[_s3.S3Object], Callable[[], float | None]]:
+    def listing_started_at(self) -> float | None:
+        """The server's ``Date`` at the listing's first response."""
+        return self._started_at()
+
+    def _one_object(self, key: str) -> Iterator[ObjectInfo]:
         when: list[float | None] = [None]
-
-        def objects() -> Iterator[_s3.S3Object]:
-            what = f"HEAD {self._url(key)}"
-            asked_at = time.time()
-            try:
-                head = self._call(
-                    what, lambda: self.client.head_object(Bucket=self.config.bucket_name, Key=key)
-                )
-            except FileNotFoundError:
-                when[0] = None
-                return
-            finally:
-                self.list_requests += 1
-            when[0] = _s3.server_time(head) or asked_at
-            yield _s3.S3Object(
-                key=key,
-                size=int(head["ContentLength"]),
-                mtime=head["LastModified"].timestamp(),
-                etag=str(head.get("ETag", "")),
+        self._started_at = lambda: when[0]
+        what = f"HEAD {self._url(key)}"
+        asked_at = time.time()
+        try:
+            head = self._call(
+                what, lambda: self.client.head_object(Bucket=self.config.bucket_name, Key=key)
             )
-
-        return objects(), lambda: when[0]
-
-    def _plan(self, obj: _s3.S3Object, cursor: Cursor, limits: Limits) -> WorkItem | None:
-        """The work item of a listed object, or None when it has nothing new."""
-        if obj.key in cursor.in_flight or obj.size == 0:
-            return None  # planned already; empty objects hold no record
-        done = cursor.get(obj.key)
-        if done is None:
-            below = cursor.watermark is not None and obj.key <= cursor.watermark
-            if below and cursor.late_after is not None and obj.mtime < cursor.late_after:
-                return None  # committed, its offsets row collapsed into the watermark
-            return self._item(obj, 0, 0, limits)
-        if _changed(obj, done):
-            self.notices.append(
-                (
-                    f"s3_input: {self._url(obj.key)} was replaced after "
-                    f"{'it was committed' if done.completed else f'{done.offset} bytes of it were committed'} "
-                    f"(ETag {done.meta.get('etag')} -> {obj.etag}); the new version is not read. "
-                    "Write new data to new keys, or reset the connector's offsets of this key "
-                    "to read it again",
-                    obj.key,
-                )
-            )
-            return None
-        if done.completed:
-            return None
-        return self._item(obj, done.offset, done.records, limits, seen=done.meta.get("seen"))
-
-    def _item(
-        self,
-        obj: _s3.S3Object,
-        start: int,
-        records_done: int,
-        limits: Limits,
-        seen: Any = None,
-    ) -> WorkItem:
-        meta = {MTIME: obj.mtime, "etag": obj.etag}
-        if compression.codec_of(obj.key, self.config.compression) is not None:
-            # Offsets count decompressed bytes: read from byte 0, to the end, in one item.
-            return WorkItem(
-                key=obj.key,
-                start=start,
-                end=None,
-                size=obj.size,
-                records_done=records_done,
-                final=True,
-                meta=meta,
-            )
-        end = obj.size
-        step = self.config.max_object_bytes_per_batch
-        if step and limits.appendable:
-            end = min(obj.size, start + step)
-            if seen is not None and end <= int(seen):
-                # The last range ended inside one record: read past it this time.
-                end = min(obj.size, int(seen) + step)
-        return WorkItem(
-            key=obj.key,
-            start=start,
-            end=end,
-            size=obj.size,
-            records_done=records_done,
-            final=end == obj.size,
-            meta=meta,
+        except FileNotFoundError:
+            return
+        finally:
+            self.list_requests += 1
+        when[0] = _s3.server_time(head) or asked_at
+        yield ObjectInfo(
+            key=key,
+            size=int(head["ContentLength"]),
+            mtime=head["LastModified"].timestamp(),
+            etag=str(head.get("ETag", "")) or None,
         )
-
-    def exhausted(self, cursor: Cursor) -> bool | None:
-        """Never in follow mode; otherwise the engine decides (nothing new listed)."""
-        return False if self.config.follow else None
 
     # --- reading ----------------------------------------------------------------------
 
-    def read(self, item: WorkItem) -> Iterator[bytes]:
-        """The bytes of ``item``: a ranged GET from ``start`` (decompressed and skipped to
-        ``start`` for compressed objects), re-requested from the byte where it broke after
-        a transient error. ``FileNotFoundError`` when the object is gone or was replaced
-        since it was planned; ``PermissionError`` when access is refused."""
-        codec = compression.codec_of(item.key, self.config.compression)
-        first, end = (0, None) if codec else (item.start, item.end)
-        url = self._url(item.key)
-        raw = retry.retrying_stream(
-            self.retry, f"GET {url}", lambda n: self._open(item, first + n, end)
-        )
-        chunks = self._translated(raw, f"GET {url}")
-        if codec is None:
-            yield from chunks
-        else:
-            yield from compression.skip(compression.decompress(chunks, codec, name=url), item.start)
+    def read_label(self, key: str) -> str:
+        """``GET s3://bucket/key``."""
+        return f"GET {self._url(key)}"
+
+    def open_range(self, item: WorkItem, start: int, end: int | None) -> Iterator[bytes]:
+        """One ranged GET (``If-Match`` the ETag planned): ``FileNotFoundError`` when the
+        object is gone or was replaced since it was planned; ``PermissionError`` when
+        access is refused."""
+        return self._open(item, start, end)
+
+    def wrap_errors(self, chunks: Iterator[bytes], what: str) -> Iterator[bytes]:
+        """S3's errors that outlived the retries as one line."""
+        return self._translated(chunks, what)
 
     def _translated(self, chunks: Iterator[bytes], what: str) -> Iterator[bytes]:
         """``chunks``, with a library error that outlived the retries as one line."""
@@ -490,10 +350,4 @@ class S3InputTransport(Transport):
 
     def describe(self) -> str:
         """The bucket and prefix or key, with ``(follow)`` when following."""
-        return f"s3_input: {self._describe_source()}{' (follow)' if self.config.follow else ''}"
-
-
-def _changed(obj: _s3.S3Object, done: KeyOffset) -> bool:
-    """Whether ``obj`` is not the version whose bytes were committed."""
-    before = done.meta.get("etag")
-    return bool(before) and bool(obj.etag) and before != obj.etag
+        return f"s3_input: {self.location()}{' (follow)' if self.config.follow else ''}"
