@@ -11,6 +11,9 @@ TRANSPORTS = Registry(
         "file_input": "airflow_connectors.transports.file_input:FileInputTransport",
         "url_input": "airflow_connectors.transports.url_input:UrlInputTransport",
         "s3_input": "airflow_connectors.transports.s3_input:S3InputTransport",
+        "azure_blob_input": (
+            "airflow_connectors.transports.azure_blob_input:AzureBlobInputTransport"
+        ),
         "postgres_input": "airflow_connectors.transports.postgres_input:PostgresInputTransport",
         "nats_input": "airflow_connectors.transports.nats_input:NatsInputTransport",
         "delta_table_input": (
