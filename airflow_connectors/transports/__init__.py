@@ -14,6 +14,7 @@ TRANSPORTS = Registry(
         "azure_blob_input": (
             "airflow_connectors.transports.azure_blob_input:AzureBlobInputTransport"
         ),
+        "gcs_input": "airflow_connectors.transports.gcs_input:GcsInputTransport",
         "postgres_input": "airflow_connectors.transports.postgres_input:PostgresInputTransport",
         "nats_input": "airflow_connectors.transports.nats_input:NatsInputTransport",
         "delta_table_input": (
