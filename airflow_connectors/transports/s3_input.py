@@ -15,11 +15,13 @@ from __future__ import annotations
 import ipaddress
 import re
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 
+from airflow_connectors.connections.aws import KIND as AWS
+from airflow_connectors.connections.aws import AwsConfigFields
 from airflow_connectors.transports import _s3, retry
 from airflow_connectors.transports.base import WorkItem
 from airflow_connectors.transports.listing import ListingConfig, ListingSource, ObjectInfo
@@ -32,7 +34,7 @@ T = TypeVar("T")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
-class S3InputConfig(ListingConfig):
+class S3InputConfig(AwsConfigFields, ListingConfig):
     """Feldera's ``s3_input`` config, plus an Airflow connection, follow mode, the re-list
     cadence, byte-range splitting and decompression."""
 
@@ -50,42 +52,11 @@ class S3InputConfig(ListingConfig):
         min_length=1,
         description="Read this one object. Exactly one of prefix and key.",
     )
-    region: str | None = Field(
-        default=None,
-        description="The bucket's AWS region; unset: the connection's region_name, "
-        "else AWS_REGION / AWS_DEFAULT_REGION.",
-    )
-    endpoint_url: str | None = Field(
-        default=None,
-        description="An S3-compatible endpoint (MinIO, Ceph, a local test server), such as "
-        "http://127.0.0.1:9000; unset: the connection's endpoint_url, else AWS.",
-    )
-    aws_access_key_id: str | None = Field(
-        default=None,
-        description="Access key id; with aws_secret_access_key. Unset (and no aws_conn_id): "
-        "boto3's default credentials (environment, profile, instance role).",
-    )
-    aws_secret_access_key: str | None = Field(
-        default=None,
-        description="Secret access key; masked in logs, errors, the UI and the REST API. "
-        "Prefer aws_conn_id, so the secret stays in Airflow.",
-    )
-    no_sign_request: bool = Field(
-        default=False,
-        description="Send unsigned requests (public buckets); no credentials are used.",
-    )
     max_concurrent_fetches: int = Field(
         default=8,
         gt=0,
         description="HTTP connections a client keeps to the endpoint. Objects are read in "
         "parallel by the connector's Spark tasks (tasks_max), one object per task at a time.",
-    )
-    aws_conn_id: str | None = Field(
-        default=None,
-        min_length=1,
-        description="An Airflow Amazon Web Services connection: its login/password are the "
-        "key pair, its extra's region_name and endpoint_url the region and endpoint. "
-        "Resolved by Airflow in Airflow tasks, else from the AIRFLOW_CONN_<ID> variable.",
     )
     max_object_bytes_per_batch: int | None = Field(
         default=None,
@@ -108,23 +79,11 @@ class S3InputConfig(ListingConfig):
         return v
 
     @model_validator(mode="after")
-    def _one_source_one_credential(self) -> S3InputConfig:
+    def _one_source(self) -> S3InputConfig:
         if (self.prefix is None) == (self.key is None):
             raise ValueError(
                 "set exactly one of prefix (every object under it; '' for the whole bucket) "
                 "and key (one object)"
-            )
-        if (self.aws_access_key_id is None) != (self.aws_secret_access_key is None):
-            raise ValueError("set aws_access_key_id and aws_secret_access_key together")
-        ways = [
-            self.aws_access_key_id is not None,
-            self.no_sign_request,
-            self.aws_conn_id is not None,
-        ]
-        if sum(ways) > 1:
-            raise ValueError(
-                "set one way of authenticating: aws_access_key_id/aws_secret_access_key, "
-                "aws_conn_id, or no_sign_request"
             )
         return self
 
@@ -149,6 +108,7 @@ class S3InputTransport(ListingSource):
     name = "s3_input"
     Config = S3InputConfig
     config: S3InputConfig
+    connection_fields: ClassVar[Mapping[str, str]] = {"aws_conn_id": AWS}
 
     def __init__(self, config: S3InputConfig, table: Any) -> None:
         super().__init__(config, table)
