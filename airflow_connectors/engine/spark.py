@@ -98,16 +98,17 @@ def stop_session(session: Any) -> None:
 
 
 def share_aws_environment(session: Any) -> None:
-    """Give the session's Python workers this process's ``AWS_*`` variables (S3 endpoint,
-    region, credentials: what a warehouse on ``s3://`` is written with), exactly as they
-    are now. They travel with each job's tasks (``SparkContext.environment``), so
-    executors on other machines get them too, and they never appear on a command line or
-    in Spark's configuration; variables unset since an earlier job are removed."""
-    from airflow_connectors.sinks._fs import AWS_VARIABLES, aws_environment
+    """Give the session's Python workers this process's ``AWS_*`` and ``AZURE_STORAGE_*``
+    variables (endpoint, region, credentials: what a warehouse on ``s3://`` or ``az://`` is
+    written with), exactly as they are now. They travel with each job's tasks
+    (``SparkContext.environment``), so executors on other machines get them too, and they
+    never appear on a command line or in Spark's configuration; variables unset since an
+    earlier job are removed."""
+    from airflow_connectors.sinks._fs import STORAGE_VARIABLES, storage_environment
 
     env = getattr(session.sparkContext, "environment", None)
     if not isinstance(env, dict):  # a stand-in running the tasks in this process
         return
-    for key in AWS_VARIABLES:
+    for key in STORAGE_VARIABLES:
         env.pop(key, None)
-    env.update(aws_environment())
+    env.update(storage_environment())

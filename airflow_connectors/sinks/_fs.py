@@ -16,9 +16,15 @@ pyarrow's S3 filesystem reads only the credentials by itself:
 - ``AWS_REGION``, else ``AWS_DEFAULT_REGION``; unset (and no endpoint): the bucket's
   region, asked of AWS once per bucket.
 
+Azure Blob Storage (``az://container/path``, ``abfs[s]://container@account.dfs.core.
+windows.net/path``) is reached through the ``AZURE_STORAGE_*`` environment, read by
+:meth:`~airflow_connectors.connections.azure.AzureSettings.from_environment`
+(:func:`azure_settings`): the account and its key, SAS token or connection string, and
+``AZURE_STORAGE_ENDPOINT`` for an emulator such as Azurite.
+
 Spark's Python workers inherit the driver's environment in local mode; ``spark-submit``
 jobs get it from the task's environment (never on a command line), and executors of a
-cluster through ``spark.executorEnv`` (see :func:`aws_environment`).
+cluster through the job's environment (see :func:`storage_environment`).
 
 Object stores have no renames and no folders: write each object under its final name
 (an S3 upload becomes visible whole, when it completes), publish by server-side copy
@@ -38,6 +44,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from airflow_connectors.connections.aws import AwsSettings
+from airflow_connectors.connections.azure import AZURE_VARIABLES, AzureSettings
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -45,6 +52,9 @@ if TYPE_CHECKING:
 
 #: URL schemes served by the S3 filesystem (``s3a`` is Hadoop's name for the same).
 S3_SCHEMES = ("s3", "s3a")
+#: URL schemes of Azure Blob Storage: ``az://container/path`` (delta-rs, fsspec) and
+#: Hadoop's ``abfs[s]://container@account.dfs.core.windows.net/path``.
+AZURE_SCHEMES = ("az", "abfs", "abfss")
 #: Environment variables the S3 filesystem is configured from; what executors need.
 AWS_VARIABLES = (
     "AWS_ENDPOINT_URL",
@@ -67,8 +77,9 @@ def scheme(location: str) -> str:
 
 
 def is_object_store(location: str) -> bool:
-    """Whether ``location`` is on an object store (``s3://``): no renames, no folders."""
-    return scheme(location) in S3_SCHEMES
+    """Whether ``location`` is on an object store (``s3://``, ``az://``): no renames, no
+    folders."""
+    return scheme(location) in S3_SCHEMES + AZURE_SCHEMES
 
 
 def join(base: str, *parts: str) -> str:
@@ -79,8 +90,9 @@ def join(base: str, *parts: str) -> str:
 
 
 def bucket_of(location: str) -> str:
-    """The bucket of an ``s3://bucket/prefix`` URL (``""`` for a local path)."""
-    return urlsplit(location).netloc if is_object_store(location) else ""
+    """The bucket of an ``s3://bucket/prefix`` URL, the container of an Azure URL (``""``
+    for a local path)."""
+    return urlsplit(location).netloc.split("@")[0] if is_object_store(location) else ""
 
 
 def endpoint() -> str | None:
@@ -109,9 +121,33 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
         if not settings.endpoint_url and not settings.region:  # AWS: the bucket's own region
             settings = dataclasses.replace(settings, region=_bucket_region(url.netloc))
         return settings.pyarrow_filesystem(), path
+    if kind in AZURE_SCHEMES:
+        container, path = bucket_of(location), urlsplit(location).path.strip("/")
+        if not container:
+            raise ValueError(f"{location}: an Azure URL needs a container: az://container/path")
+        return azure_settings(location).pyarrow_filesystem(), f"{container}/{path}".rstrip("/")
     raise ValueError(
-        f"{location}: unsupported URL scheme {kind!r}; use a local folder or s3://bucket/prefix"
+        f"{location}: unsupported URL scheme {kind!r}; use a local folder, s3://bucket/prefix "
+        "or az://container/path"
     )
+
+
+def azure_settings(location: str) -> AzureSettings:
+    """How to reach the storage account of an Azure URL: the ``AZURE_STORAGE_*``
+    environment (:meth:`AzureSettings.from_environment`), the account an
+    ``abfs[s]://container@account...`` URL names when the environment names none. Raises
+    ValueError (one line) when no account is known."""
+    settings = AzureSettings.from_environment()
+    host = urlsplit(location).netloc.partition("@")[2]
+    if host and not settings.account_name:
+        settings = dataclasses.replace(settings, account_name=host.split(".")[0])
+    if not settings.account_name:
+        raise ValueError(
+            f"{location}: no Azure storage account: set AZURE_STORAGE_ACCOUNT_NAME with "
+            "AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, or "
+            "AZURE_STORAGE_CONNECTION_STRING (AZURE_STORAGE_ENDPOINT for an emulator)"
+        )
+    return settings
 
 
 @functools.lru_cache(maxsize=64)
@@ -130,6 +166,16 @@ def aws_environment() -> dict[str, str]:
     what Spark executors outside this machine need (``spark.executorEnv.*``, which Spark
     redacts where the name holds ``secret``/``token``/``key``). Never for a command line."""
     return {k: os.environ[k] for k in AWS_VARIABLES if os.environ.get(k)}
+
+
+#: Every variable an object-store warehouse is configured from (S3's, Azure's).
+STORAGE_VARIABLES = AWS_VARIABLES + AZURE_VARIABLES
+
+
+def storage_environment() -> dict[str, str]:
+    """The variables of :data:`STORAGE_VARIABLES` this process has: what Spark's Python
+    workers need to write a warehouse on ``s3://`` or ``az://``. Never for a command line."""
+    return {k: os.environ[k] for k in STORAGE_VARIABLES if os.environ.get(k)}
 
 
 def remove_tree(fs: pafs.FileSystem, path: str) -> None:
@@ -208,8 +254,10 @@ def describe_error(location: str, error: BaseException, action: str = "write") -
 
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
     secrets = aws_secret_values()
+    if scheme(location) in AZURE_SCHEMES:
+        secrets += sorted(AzureSettings.from_environment().secrets())
     where = mask_url(location)
-    if is_object_store(location):
+    if scheme(location) in S3_SCHEMES:
         for needles, what, todo in _S3_ERRORS:
             if any(n in text for n in needles):
                 what = what.format(bucket=bucket_of(location), endpoint=_endpoint_name())

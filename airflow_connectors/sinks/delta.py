@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 BATCH_KEY = "airflow_connectors.batch"
 #: How far before an attempt's oldest file its commit is searched for (clock skew).
 HISTORY_MARGIN_MS = 3_600_000
+#: Variables of the Azure environment that hold secrets (masked in messages).
+_AZURE_SECRETS = ("AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN")
 #: Times publish re-reads the table after a conflicting concurrent commit.
 MAX_CONFLICTS = 20
 
@@ -66,8 +68,9 @@ class DeltaSinkConfig(SinkConfig):
 
     path: str | None = Field(
         default=None,
-        description="Location of the Delta table: a folder or an s3://bucket/prefix URL "
-        "(credentials and endpoint from the AWS_* environment). Dead letters go to the "
+        description="Location of the Delta table: a folder, an s3://bucket/prefix URL "
+        "(credentials and endpoint from the AWS_* environment) or an az://container/path "
+        "URL (from the AZURE_STORAGE_* environment). Dead letters go to the "
         "Delta table '<path>__errors' beside it. Unset: <warehouse>/<pipeline>/<table>.",
     )
     compression: Literal["snappy", "zstd", "gzip", "none"] = Field(
@@ -88,6 +91,8 @@ def storage_options(uri: str) -> dict[str, str] | None:
 
     if not _fs.is_object_store(uri):
         return None
+    if _fs.scheme(uri) in _fs.AZURE_SCHEMES:
+        return _fs.azure_settings(uri).storage_options()
     return AwsSettings.from_environment().storage_options()
 
 
@@ -97,8 +102,8 @@ def _why(e: BaseException) -> str:
 
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     text = lines[0] if lines else type(e).__name__
-    secrets = [os.environ.get(n) for n in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")]
-    return mask_text(text, [v for v in secrets if v])
+    names = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", *_AZURE_SECRETS)
+    return mask_text(text, [v for v in (os.environ.get(n) for n in names) if v])
 
 
 # --- the sink (driver) --------------------------------------------------------------
@@ -417,12 +422,15 @@ class DeltaSink(Sink):
 
         return [AddAction(p.path, p.size, {}, p.mtime_ms, True, p.stats) for p in parts]
 
-    def _properties(self, batch_id: int, attempt: str, version: int) -> Any:
+    def _properties(
+        self, batch_id: int, attempt: str, version: int, retries: int | None = None
+    ) -> Any:
         from deltalake import CommitProperties, Transaction
 
         return CommitProperties(
             custom_metadata={BATCH_KEY: self._mark(batch_id, attempt)},
             app_transactions=[Transaction(self.app_id, version)],
+            max_commit_retries=retries,
         )
 
     def _create(self, kind: Kind, batch_id: int, attempt: str, parts: list[_Part]) -> None:
@@ -437,7 +445,10 @@ class DeltaSink(Sink):
             mode="error",
             name=self.table.name if kind == "rows" else f"{self.table.name}__errors",
             storage_options=storage_options(uri),
-            commit_properties=self._properties(batch_id, attempt, batch_id),
+            # No retry by delta-rs: a creator that lost the race for version 0 would
+            # commit a second CREATE TABLE of the batch as version 1 (seen with four
+            # concurrent publishers, locally and on Azure); here it looks again instead.
+            commit_properties=self._properties(batch_id, attempt, batch_id, retries=0),
         )
 
     def _append(
@@ -597,6 +608,8 @@ def _path_in_filesystem(uri: str) -> str:
     parts = urlsplit(uri)
     if parts.scheme in ("s3", "s3a"):
         return f"{parts.netloc}{unquote(parts.path)}"
+    if parts.scheme in _fs.AZURE_SCHEMES:  # container/path (abfs: container@account)
+        return f"{parts.netloc.split('@')[0]}{unquote(parts.path)}"
     if parts.scheme == "file":
         return unquote(parts.path)
     return uri

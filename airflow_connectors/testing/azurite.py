@@ -230,15 +230,20 @@ class Azurite:
             **extra,
         }
 
+    def env(self) -> dict[str, str]:
+        """``AZURE_STORAGE_*`` variables pointing this package (a warehouse on
+        ``az://<container>/...``, its Spark workers) at this server."""
+        return {
+            "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT,
+            "AZURE_STORAGE_ACCOUNT_KEY": KEY,
+            "AZURE_STORAGE_ENDPOINT": self.account_url,
+        }
+
     def storage_options(self) -> dict[str, str]:
         """delta-rs / object_store options for ``az://<container>/...`` on this server."""
-        return {
-            "account_name": ACCOUNT,
-            "account_key": KEY,
-            "azure_storage_use_emulator": "true",
-            "azure_storage_endpoint": self.account_url,
-            "allow_http": "true",
-        }
+        from airflow_connectors.connections.azure import AzureSettings
+
+        return AzureSettings(ACCOUNT, KEY, account_url=self.account_url).storage_options()
 
 
 def main() -> int:
