@@ -19,7 +19,8 @@ credential, request headers such as ``X-API-Key`` included).
 :func:`check_connections` is ``airflow connections test`` for the connections a config
 names, as the REST API's config validation runs it: the connection exists, and the
 service answers with its credentials (S3: the bucket on the configured endpoint;
-PostgreSQL: ``SELECT 1``; HTTP: a request to the base URL). Each problem is one line
+PostgreSQL: ``SELECT 1``; HTTP: a request to the base URL; Azure Blob Storage: a listing
+of the container). Each problem is one line
 naming the field and the connection, never a secret.
 """
 
@@ -37,7 +38,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
-from airflow_connectors.connections import aws, http, postgres
+from airflow_connectors.connections import aws, azure, http, postgres
 from airflow_connectors.connections.base import (
     AirflowConnection,
     ConnectionProblem,
@@ -304,10 +305,42 @@ def _check_http(conn: AirflowConnection, config: Mapping[str, Any], timeout: flo
     return None
 
 
+def _check_wasb(conn: AirflowConnection, config: Mapping[str, Any], timeout: float) -> str | None:
+    """The first page of the container the config names (else of the account's
+    containers), with the connection's credentials: listing is what a source needs."""
+    settings = azure.AzureSettings.from_connection(conn)
+    url = config.get("account_url")
+    if isinstance(url, str) and url:
+        settings = dataclasses.replace(settings, account_url=url)
+    service = settings.blob_service_client(
+        retry_total=0, connection_timeout=timeout, read_timeout=timeout
+    )
+    container = config.get("container")
+    where = settings.where()
+    try:
+        if isinstance(container, str) and container:
+            client = service.get_container_client(container)
+            next(iter(client.list_blobs(results_per_page=1).by_page()), None)
+        else:
+            next(iter(service.list_containers(results_per_page=1).by_page()), None)
+    except Exception as e:
+        status = getattr(e, "status_code", None)
+        if status == 404:
+            return f"container {container!r} does not exist on {where}; check the container"
+        if status in (401, 403):
+            return (
+                f"{where} refused the connection's credentials (HTTP {status}); check its "
+                "account key, SAS token or connection string, and that it may list"
+            )
+        return f"cannot reach {where} ({type(e).__name__}: {_first_line(e)})"
+    return None
+
+
 #: What ``airflow connections test`` runs per kind of connection (a kind without one:
 #: the connection exists, nothing more).
 _CHECKS: dict[str, Callable[[AirflowConnection, Mapping[str, Any], float], str | None]] = {
     aws.KIND: _check_s3,
     postgres.KIND: _check_postgres,
     http.KIND: _check_http,
+    azure.KIND: _check_wasb,
 }

@@ -27,6 +27,7 @@ MASK = "***"
 
 _SECRET_NAME = re.compile(
     r"pass(word|wd)?$|passphrase|secret|token|credential|^auth|_auth$|signature|"
+    r"connection_?string|"
     r"(^|_)(api|access|private|secret|signing|encryption|client|account|master|sas)_?key(_id)?$",
     re.I,
 )

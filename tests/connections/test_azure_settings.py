@@ -83,6 +83,11 @@ def test_secrets_and_repr() -> None:
     s = AzureSettings("a", account_key=KEY, sas_token="sv=1&sig=s1g2n3")
     assert s.secrets() == {KEY, "sv=1&sig=s1g2n3", "s1g2n3"}
     assert KEY not in repr(s) and "s1g2n3" not in repr(s)
+    # A connection string holds the key: a secret of the connection (what Airflow's
+    # masker is given when the connection is exported to an ingest job).
+    text = f"AccountName=a;AccountKey={KEY}"
+    conn = parse("lake", {"conn_type": "wasb", "extra": {"connection_string": text}})
+    assert text in conn.secrets()
 
 
 def test_the_environment_fills_what_a_config_leaves_unset(monkeypatch: pytest.MonkeyPatch) -> None:
