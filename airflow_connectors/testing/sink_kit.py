@@ -46,6 +46,8 @@ they may use session fixtures (``s3_server``), not function ones (``tmp_path``).
   for the table of one case (``case`` is a short name, unique in the class): a sink whose
   tables live outside the warehouse (PostgreSQL) gives each case its own schema or table.
   Default: ``{}`` for every case.
+- mixin :class:`S3Warehouse`: the two fixtures above for a warehouse in a new bucket of
+  an S3 server (the ``s3_server`` fixture).
 - hook :meth:`SinkConformance.check_landed`: sink-specific checks once a case's batches
   landed (one commit per batch, nothing staged left...), given the :class:`SinkCase`
   (its ``sink()``, ``committed()`` batch ids, ``warehouse``; ``command_lines`` of a
@@ -88,6 +90,7 @@ import os
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -588,3 +591,23 @@ class SinkConformance:
             f"{self.sink_name} table after the column was added",
         )
         self.check_landed(case)
+
+
+class S3Warehouse:
+    """Mixin for a :class:`SinkConformance` subclass whose warehouse is a new bucket of
+    an S3 server: the class (or its conftest) has a session fixture ``s3_server`` with
+    ``create_bucket(name) -> name`` and ``env() -> AWS_* variables``, as
+    :class:`airflow_connectors.testing.s3server.S3Server` does. List it first:
+    ``class TestMySinkOnS3(S3Warehouse, TestMySink)``."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def warehouse_url(cls, s3_server: Any) -> str:
+        """``s3://<new bucket>/wh``."""
+        return f"s3://{s3_server.create_bucket(f'kit-{uuid.uuid4().hex[:10]}')}/wh"
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def storage_env(cls, s3_server: Any) -> dict[str, str]:
+        """The server's ``AWS_*`` variables."""
+        return dict(s3_server.env())

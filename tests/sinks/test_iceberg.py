@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from airflow_connectors.sinks.iceberg import (
     catalog_properties,
 )
 from airflow_connectors.state.store import StateStore
-from airflow_connectors.testing.sink_kit import SinkCase, SinkConformance
+from airflow_connectors.testing.sink_kit import S3Warehouse, SinkCase, SinkConformance
 
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE", "small": "SMALLINT"}
 
@@ -300,15 +299,5 @@ class TestIcebergSinkPostgresCatalog(TestIcebergSink):
         return lambda case: {"catalog_uri": str(pg_schema_factory())}
 
 
-class TestIcebergSinkOnS3(TestIcebergSink):
+class TestIcebergSinkOnS3(S3Warehouse, TestIcebergSink):
     """The same with the warehouse (data and metadata) on the moto S3 server."""
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def warehouse_url(cls, s3_server: Any) -> str:
-        return f"s3://{s3_server.create_bucket(f'kit-{uuid.uuid4().hex[:10]}')}/wh"
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def storage_env(cls, s3_server: Any) -> dict[str, str]:
-        return dict(s3_server.env())

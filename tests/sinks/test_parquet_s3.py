@@ -16,7 +16,6 @@ import os
 import re
 import subprocess
 import sys
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from airflow_connectors.sinks.base import SinkUnwritable
 from airflow_connectors.sinks.parquet import ParquetSink, ParquetSinkConfig
 from airflow_connectors.testing.conformance import table_checksum
 from airflow_connectors.testing.s3server import ACCESS_KEY, SECRET_KEY
-from airflow_connectors.testing.sink_kit import SinkCase, SinkConformance
+from airflow_connectors.testing.sink_kit import S3Warehouse, SinkCase, SinkConformance
 
 FILES = 3
 ROWS = 1_000  # per file
@@ -298,7 +297,7 @@ def test_run_into_a_missing_bucket_fails_in_one_line(
 # --- the sink conformance kit on S3 ----------------------------------------------------
 
 
-class TestParquetSinkOnS3(SinkConformance):
+class TestParquetSinkOnS3(S3Warehouse, SinkConformance):
     """Crashes at every fail point (``mid_publish``: one part copied into the table, the
     kill before the next), concurrent publishers, a polling reader, an added column, with
     the warehouse on the moto S3 server. Publish copies parts one by one, so a reader may
@@ -307,16 +306,6 @@ class TestParquetSinkOnS3(SinkConformance):
     sink_name = "parquet"
     sink_fail_points = ("mid_publish",)
     atomic_publish = False
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def warehouse_url(cls, s3_server: Any) -> str:
-        return f"s3://{s3_server.create_bucket(f'kit-{uuid.uuid4().hex[:10]}')}/wh"
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def storage_env(cls, s3_server: Any) -> dict[str, str]:
-        return dict(s3_server.env())
 
     def check_landed(self, case: SinkCase) -> None:
         from pyarrow import fs as pafs
