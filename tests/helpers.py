@@ -10,10 +10,12 @@ import pyarrow as pa
 from airflow_connectors.catalog import parse_pipeline
 from airflow_connectors.engine.runner import EmbeddedRunner, RunReport
 from airflow_connectors.settings import Settings
+from airflow_connectors.sinks import _fs
 from airflow_connectors.sinks._fs import parquet_dataset
 from airflow_connectors.spec import PipelineSpec
 from airflow_connectors.state.store import ConnectorRef, ConnectorState, StateStore
 from airflow_connectors.testing.conformance import table_checksum as checksum  # noqa: F401 - for tests
+from airflow_connectors.testing.sink_kit import PIPELINE, SinkCase
 
 
 def pipeline(tables: dict[str, Any], name: str = "p", base_dir: Path | None = None) -> PipelineSpec:
@@ -27,6 +29,19 @@ def run(spec: PipelineSpec, store_url: str, warehouse: str, spark: Any, **kwargs
         return EmbeddedRunner(spec, settings, store=store, spark=lambda: spark).run(**kwargs)
     finally:
         store.close()
+
+
+def assert_parquet_landed(case: SinkCase) -> None:
+    """The ``parquet`` sink's own checks once a sink-kit case landed, on any warehouse:
+    nothing is left in the staging, and the table holds the parts' deterministic names."""
+    from pyarrow import fs as pafs
+
+    fs, staging = _fs.filesystem(_fs.join(case.warehouse, PIPELINE, "_staging"))
+    found = fs.get_file_info(pafs.FileSelector(staging, recursive=True, allow_not_found=True))
+    left = [i.path for i in found if i.type == pafs.FileType.File]
+    assert left == [], f"{case.name}: staged files left: {left[:5]}"
+    names = [p.rsplit("/", 1)[1] for p in _fs.files(*_fs.filesystem(case.sink().location()))]
+    assert names and all(n.startswith("part-") for n in names), f"{case.name}: {names[:5]}"
 
 
 def read_table(warehouse: str, pipeline: str, table: str) -> pa.Table:

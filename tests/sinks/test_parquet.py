@@ -6,7 +6,7 @@ forward by the next run."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from helpers import assert_parquet_landed
 
 from airflow_connectors.testing.sink_kit import SinkCase, SinkConformance
 
@@ -17,6 +17,4 @@ class TestParquetSink(SinkConformance):
     atomic_publish = False
 
     def check_landed(self, case: SinkCase) -> None:
-        # Every staged part was moved in: the staging of the batches is gone.
-        staging = Path(case.warehouse) / "kit" / "_staging"
-        assert not staging.exists() or not list(staging.rglob("*.parquet")), case.name
+        assert_parquet_landed(case)

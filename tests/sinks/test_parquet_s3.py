@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from helpers import assert_parquet_landed
 
 from airflow_connectors.catalog import parse_pipeline
 from airflow_connectors.settings import Settings
@@ -308,14 +309,7 @@ class TestParquetSinkOnS3(S3Warehouse, SinkConformance):
     atomic_publish = False
 
     def check_landed(self, case: SinkCase) -> None:
-        from pyarrow import fs as pafs
-
-        fs, staging = _fs.filesystem(_fs.join(case.warehouse, "kit", "_staging"))
-        found = fs.get_file_info(pafs.FileSelector(staging, recursive=True, allow_not_found=True))
-        left = [i.path for i in found if i.type == pafs.FileType.File]
-        assert left == [], f"{case.name}: staged objects left: {left[:5]}"
-        names = [p.rsplit("/", 1)[1] for p in _fs.files(*_fs.filesystem(case.sink().location()))]
-        assert names and all(n.startswith("part-") for n in names), case.name
+        assert_parquet_landed(case)
 
     def test_aws_variables_never_on_a_command_line(self, killed: dict[str, SinkCase]) -> None:
         """The AWS variables reached the killed jobs' drivers, JVMs and Python workers
