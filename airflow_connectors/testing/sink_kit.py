@@ -32,6 +32,7 @@ The subclassing interface (stable: other sinks and warehouses subclass it):
   a sink that moves a batch's parts in one by one (the Parquet folder): the polling check
   then only asks that no row is seen twice and every row lands.
 - ``spark_master`` (default ``local[1]``): the Spark master of the killed jobs.
+
 The three fixtures below are class-scoped and, as pytest wants of class-scoped fixtures
 on a class, class methods (``@pytest.fixture(scope="class")`` above ``@classmethod``);
 they may use session fixtures (``s3_server``), not function ones (``tmp_path``).
@@ -69,9 +70,10 @@ through :meth:`Sink.read <airflow_connectors.sinks.base.Sink.read>`:
 - ``test_concurrent_publishers_land_the_batch_once``: a job killed right after the state
   store committed the batch; four retries publish it at the same moment from threads, then
   one more: the exact table.
-- ``test_polling_reader_sees_whole_batches_only``: a job ingests three batches (two files
-  each, a part per write) while this process reads the table over and over: every read
-  holds each batch whole or not at all; the last one all of them.
+- ``test_polling_reader_sees_whole_batches_only``: a job ingests three batches (six files
+  and a bad line between them, a part per write) while this process reads the table over
+  and over: every read holds each batch whole or not at all, no row twice; the last one
+  all of them.
 - ``test_added_nullable_column_lands``: a first batch lands, then the source gains a field
   (``schema_evolution: add_new_columns``) and the job of the second batch is killed after
   it was staged again with the new column (``after_widened_write``); after the next run
