@@ -8,24 +8,13 @@ the facts are gathered while the task still runs (:func:`remember_ingest`,
 plain data (:class:`TaskLineage`), and the lineage method only turns them into
 OpenLineage objects (:func:`operator_lineage`).
 
-Dataset names follow the OpenLineage naming spec:
-
-=====================  ==============================  ==============================
-source or sink         namespace                       name
-=====================  ==============================  ==============================
-local path             ``file``                        the absolute path
-``s3://bucket/key``    ``s3://bucket``                 the key or prefix
-other storage URL      ``scheme://host[:port]``        the path
-``url_input``          ``http(s)://host:port``         the URL's path
-PostgreSQL             ``postgres://host:port``        ``database.schema.table``
-``nats_input``         ``nats://host:port``            the stream
-``datagen``, others    ``connector://<pipeline>``      ``<table>/<connector>/<transport>``
-a connector's asset    ``connector://<pipeline>``      ``<table>/<connector>``
-=====================  ==============================  ==============================
-
-Delta and Iceberg sources and sinks are named by their storage location. Nothing here
-carries a secret: URLs lose their userinfo and query, descriptions go through
-:func:`airflow_connectors.spec.redact.mask_text`.
+Datasets are named by the components that know them: a transport names what it reads
+(``Transport.lineage_datasets``), a sink the table it writes (``Sink.lineage_dataset``),
+both after the OpenLineage naming spec (:mod:`airflow_connectors.spec.datasets`). A
+source that names none (``datagen``, a third-party transport without the hook) is
+``<table>/<connector>/<transport>`` in ``connector://<pipeline>``; a connector's asset is
+``<table>/<connector>`` there. Nothing here carries a secret: the names carry none, and
+descriptions go through :func:`airflow_connectors.spec.redact.mask_text`.
 
 The asset scheme ``connector://`` is registered in the provider info with
 :func:`sanitize_uri` and :func:`convert_asset_to_openlineage`. Importing this module is
@@ -35,7 +24,6 @@ cheap (the DAG processor imports the handler while parsing DAG files).
 from __future__ import annotations
 
 import logging
-import os
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -44,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from urllib.parse import SplitResult
 
+    from airflow_connectors.spec.datasets import LineageDataset
     from airflow_connectors.spec.models import ConnectorSpec, TableSpec
     from airflow_connectors.state.records import Batch, ConnectorRef
     from airflow_connectors.state.store import StateStore
@@ -54,8 +43,6 @@ log = logging.getLogger(__name__)
 CONNECTOR_SCHEME = "connector"
 #: The attribute of an operator that holds the :class:`TaskLineage` its run gathered.
 LINEAGE_ATTRIBUTE = "_connector_lineage"
-
-_DEFAULT_PORTS = {"http": 80, "https": 443, "postgres": 5432, "nats": 4222}
 
 
 @dataclass(frozen=True)
@@ -73,6 +60,11 @@ class DatasetFacts:
     size: int | None = None
     description: str | None = None
 
+    @classmethod
+    def of(cls, dataset: LineageDataset, fields: tuple[tuple[str, str], ...] = ()) -> DatasetFacts:
+        """The facts of a dataset a plugin named."""
+        return cls(dataset.namespace, dataset.name, fields)
+
     def with_stats(self, rows: int | None, size: int | None) -> DatasetFacts:
         """This dataset with the given statistics."""
         return DatasetFacts(self.namespace, self.name, self.fields, rows, size, self.description)
@@ -86,161 +78,23 @@ class TaskLineage:
     outputs: tuple[DatasetFacts, ...] = ()
 
 
-# --- names of storage locations ---------------------------------------------------------
-
-
-def storage_dataset(location: str) -> DatasetFacts:
-    """The dataset of a folder, file or object-store URL (``/data/t``,
-    ``file:///data/t``, ``s3://bucket/prefix``...), without userinfo or query."""
-    parts = urllib.parse.urlsplit(location)
-    scheme = parts.scheme.lower()
-    if scheme in ("", "file") or len(scheme) == 1:  # a path (C:\ on Windows) or file://
-        host = parts.hostname if scheme == "file" else None
-        path = parts.path if scheme == "file" else location
-        path = os.path.abspath(urllib.parse.unquote(path)) if not host else path
-        return DatasetFacts(f"file://{host}" if host else "file", _strip_slash(path))
-    if scheme in ("s3", "s3a", "s3n"):
-        return DatasetFacts(f"s3://{parts.hostname or ''}", _key(parts.path))
-    return DatasetFacts(f"{scheme}://{_host_port(parts, None)}", _key(parts.path))
-
-
-def _strip_slash(path: str) -> str:
-    return path.rstrip("/") or "/"
-
-
-def _key(path: str) -> str:
-    """An object key or prefix as OpenLineage names it: no leading or trailing ``/``;
-    the bucket's root is ``/``."""
-    return path.strip("/") or "/"
-
-
-def _host_port(parts: SplitResult, default_port: int | None) -> str:
-    """``host[:port]`` of a URL, never its userinfo."""
-    host = parts.hostname or ""
-    if ":" in host:  # IPv6
-        host = f"[{host}]"
-    try:
-        port = parts.port or default_port
-    except ValueError:
-        port = default_port
-    return f"{host}:{port}" if port else host
-
-
-def postgres_dataset(uri: str, table: str) -> DatasetFacts:
-    """The dataset of ``table`` (``table``, ``schema.table`` or ``db.schema.table``) in
-    the database of the libpq URI ``uri``; the schema defaults to ``public``."""
-    parts = urllib.parse.urlsplit(uri)
-    database = urllib.parse.unquote(parts.path.lstrip("/"))
-    names = table.split(".")
-    if len(names) == 1:
-        names = ["public", *names]
-    if len(names) == 2:
-        names = [database, *names]
-    return DatasetFacts(
-        f"postgres://{_host_port(parts, _DEFAULT_PORTS['postgres'])}", ".".join(names)
-    )
-
-
-def query_tables(query: str) -> list[str]:
-    """The tables a SELECT reads (``schema.table`` when the query names the schema),
-    parsed with OpenLineage's SQL parser; empty when it names none or cannot be parsed."""
-    try:
-        import openlineage_sql
-    except ImportError:
-        return []
-    try:
-        parsed = openlineage_sql.parse([query], dialect="postgres")
-    except Exception:  # a query the parser does not understand: no input tables
-        log.debug("lineage: cannot parse the query of a postgres_input", exc_info=True)
-        return []
-    if parsed is None:
-        return []
-    return [".".join(p for p in (t.database, t.schema, t.name) if p) for t in parsed.in_tables]
-
-
 # --- sources ------------------------------------------------------------------------------
-
-
-def _file_input(config: Any) -> list[DatasetFacts]:
-    path: str = config.path
-    if path.startswith("file://"):
-        return [storage_dataset(path)]
-    cut = min((path.find(c) for c in "*?[" if c in path), default=-1)
-    if cut >= 0:  # a glob: the folder before its first wildcard
-        path = path[:cut].rpartition("/")[0] or "."
-    return [storage_dataset(path)]
-
-
-def _s3_input(config: Any) -> list[DatasetFacts]:
-    key = config.key if config.key is not None else (config.prefix or "")
-    return [DatasetFacts(f"s3://{config.bucket_name}", _key(key))]
-
-
-def _url_input(config: Any, transport: Any) -> list[DatasetFacts]:
-    # The URL read: ``path``, or a relative path joined to ``http_conn_id``'s base URL.
-    url = getattr(transport, "url", None) if getattr(config, "http_conn_id", None) else None
-    parts = urllib.parse.urlsplit(str(url or config.path))
-    scheme = parts.scheme.lower()
-    namespace = f"{scheme}://{_host_port(parts, _DEFAULT_PORTS.get(scheme))}"
-    return [DatasetFacts(namespace, parts.path or "/")]
-
-
-def _postgres_input(config: Any) -> list[DatasetFacts]:
-    uri = config.libpq_uri("postgres_input")  # postgres_conn_id resolved (no secret kept)
-    return [postgres_dataset(uri, table) for table in query_tables(config.query)]
-
-
-def _nats_input(config: Any) -> list[DatasetFacts]:
-    parts = urllib.parse.urlsplit(config.connection_config.server_url)
-    return [DatasetFacts(f"nats://{_host_port(parts, _DEFAULT_PORTS['nats'])}", config.stream_name)]
-
-
-def _delta_table_input(config: Any) -> list[DatasetFacts]:
-    return [storage_dataset(config.uri)]
-
-
-def _iceberg_input(config: Any, transport: Any) -> list[DatasetFacts]:
-    """The table's storage location, read from its catalog."""
-    try:
-        location = str(transport.load(fresh=False).location())
-    except Exception:  # the catalog cannot be read now: name the table in its catalog
-        log.warning("lineage: cannot read the location of Iceberg table %s", config.table_name)
-        return [DatasetFacts(f"iceberg://{config.catalog_name}", config.table_name)]
-    return [storage_dataset(location)]
-
-
-_SOURCES: dict[str, Callable[[Any], list[DatasetFacts]]] = {
-    "file_input": _file_input,
-    "s3_input": _s3_input,
-    "postgres_input": _postgres_input,
-    "nats_input": _nats_input,
-    "delta_table_input": _delta_table_input,
-}
 
 
 def source_datasets(
     pipeline: str, table: TableSpec, connector: ConnectorSpec
 ) -> list[DatasetFacts]:
-    """The datasets a connector reads, each described by its transport's ``describe()``
-    (masked). A source without a name in the naming spec (``datagen``, third-party
-    transports) is ``<table>/<connector>/<transport>`` in ``connector://<pipeline>``."""
+    """The datasets a connector reads, as its transport names them, each described by
+    the transport's ``describe()`` (masked). A transport that names none (``datagen``)
+    is ``<table>/<connector>/<transport>`` in ``connector://<pipeline>``."""
     from airflow_connectors.catalog import transport_of
     from airflow_connectors.spec.redact import mask_text, secret_values
 
     name = connector.transport.name
     transport = transport_of(connector, table)
-    if name in _SOURCES:
-        found = _SOURCES[name](transport.config)
-    elif name == "iceberg_input":
-        found = _iceberg_input(transport.config, transport)
-    elif name == "url_input":
-        found = _url_input(transport.config, transport)
-    else:
-        found = [
-            DatasetFacts(
-                f"{CONNECTOR_SCHEME}://{pipeline}", f"{table.name}/{connector.name}/{name}"
-            )
-        ]
+    found = [DatasetFacts.of(d) for d in transport.lineage_datasets()] or [
+        DatasetFacts(f"{CONNECTOR_SCHEME}://{pipeline}", f"{table.name}/{connector.name}/{name}")
+    ]
     try:
         description: str | None = mask_text(
             transport.describe(), secret_values(connector.transport.model_dump(mode="json"))
@@ -260,19 +114,13 @@ def table_dataset(
     latest schema version the store holds for an inferred table."""
     from airflow_connectors.engine.context import table_sink
 
-    sink = table_sink(pipeline, table, warehouse)
-    if sink.name == "postgres":
-        schema, name = sink.target()  # type: ignore[attr-defined]
-        uri = sink.config.libpq_uri("postgres sink")  # type: ignore[attr-defined]
-        target = postgres_dataset(uri, f"{schema or 'public'}.{name}")
-    else:
-        target = storage_dataset(sink.location())
+    target = table_sink(pipeline, table, warehouse).lineage_dataset()
     fields: tuple[tuple[str, str], ...] = tuple((c.name, str(c.type)) for c in table.columns)
     if not fields and store is not None:
         latest = store.latest_schema(pipeline, table.name)
         if latest is not None:
             fields = tuple((c.name, c.type) for c in latest.columns)
-    return DatasetFacts(target.namespace, target.name, fields)
+    return DatasetFacts.of(target, fields)
 
 
 def connector_dataset(pipeline: str, table: str, connector: str) -> DatasetFacts:
@@ -285,15 +133,8 @@ def errors_dataset(pipeline: str, table: TableSpec, warehouse: str) -> DatasetFa
     from airflow_connectors.engine.context import table_sink
     from airflow_connectors.sinks.base import errors_schema
 
-    sink = table_sink(pipeline, table, warehouse)
-    if sink.name == "postgres":
-        schema, name = sink.target("errors")  # type: ignore[attr-defined]
-        uri = sink.config.libpq_uri("postgres sink")  # type: ignore[attr-defined]
-        target = postgres_dataset(uri, f"{schema or 'public'}.{name}")
-    else:
-        target = storage_dataset(sink.location("errors"))
-    fields = tuple((f.name, str(f.type)) for f in errors_schema())
-    return DatasetFacts(target.namespace, target.name, fields)
+    target = table_sink(pipeline, table, warehouse).lineage_dataset("errors")
+    return DatasetFacts.of(target, tuple((f.name, str(f.type)) for f in errors_schema()))
 
 
 def batch_statistics(batches: Iterable[Batch]) -> tuple[int, int, int]:

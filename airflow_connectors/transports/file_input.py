@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
+from airflow_connectors.spec.datasets import LineageDataset, storage_dataset
 from airflow_connectors.transports.base import Cursor, WorkItem
 from airflow_connectors.transports.listing import (
     COMPRESSED_SIZE,
@@ -125,6 +126,10 @@ class FileInputTransport(ListingSource):
     def location(self) -> str:
         """The configured path (file, folder or glob)."""
         return str(self.config.path)
+
+    def lineage_datasets(self) -> list[LineageDataset]:
+        """The file or folder read; of a glob, its fixed folder (:meth:`scope`)."""
+        return [storage_dataset(self.scope())]
 
     def scope(self) -> str:
         """The folder before the first glob character, the folder, or the file."""

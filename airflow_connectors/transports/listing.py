@@ -44,6 +44,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.spec.datasets import LineageDataset, storage_dataset
 from airflow_connectors.transports import compression as _compression
 from airflow_connectors.transports.base import (
     MTIME,
@@ -183,6 +184,11 @@ class ListingSource(Transport):
     def object_url(self, key: str) -> str:
         """How an object is named in messages (the default: its key)."""
         return key
+
+    def lineage_datasets(self) -> list[LineageDataset]:
+        """What is listed (:meth:`location`), as OpenLineage names a storage URL or a
+        path (``gs://bucket`` and the prefix, ``file`` and the path...)."""
+        return [storage_dataset(self.location())]
 
     def read_label(self, key: str) -> str:
         """How a read of ``key`` is named in retry messages."""

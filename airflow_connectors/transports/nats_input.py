@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.spec.datasets import DEFAULT_PORTS, LineageDataset, host_port
 from airflow_connectors.spec.redact import mask_text, mask_url
 from airflow_connectors.transports.base import Cursor, KeyOffset
 from airflow_connectors.transports.sequence import ENDS, Partition, SequenceSource
@@ -408,6 +409,11 @@ class NatsInputTransport(SequenceSource):
         parts.append(f"durable consumer {self.durable_name}")
         parts.append("follow" if self.config.follow else "until the last sequence")
         return ", ".join(parts)
+
+    def lineage_datasets(self) -> list[LineageDataset]:
+        """The stream, on ``nats://host:port``."""
+        server = host_port(self.config.connection_config.server_url, DEFAULT_PORTS["nats"])
+        return [LineageDataset(f"nats://{server}", self.config.stream_name)]
 
 
 class _Session:

@@ -24,10 +24,10 @@ from airflow_connectors.airflow.lineage import (
     operator_lineage,
     sanitize_uri,
     source_datasets,
-    storage_dataset,
     table_dataset,
 )
 from airflow_connectors.catalog import parse_pipeline
+from airflow_connectors.spec.datasets import LineageDataset, storage_dataset
 from airflow_connectors.spec.models import ConnectorSpec, TableSpec
 from airflow_connectors.state.store import StateStore
 from airflow_connectors.testing.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
@@ -68,14 +68,19 @@ def names(transport: str, config: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def test_storage_locations_follow_the_naming_spec(tmp_path: Path) -> None:
-    assert storage_dataset(f"{tmp_path}/wh/") == DatasetFacts("file", f"{tmp_path}/wh")
-    assert storage_dataset(f"file://{tmp_path}/wh") == DatasetFacts("file", f"{tmp_path}/wh")
-    assert storage_dataset("file://nas1/data/t") == DatasetFacts("file://nas1", "/data/t")
-    assert storage_dataset("s3://lake/wh/p/t/") == DatasetFacts("s3://lake", "wh/p/t")
-    assert storage_dataset("s3a://lake") == DatasetFacts("s3://lake", "/")
-    assert storage_dataset("gs://bucket/a/b") == DatasetFacts("gs://bucket", "a/b")
+    assert storage_dataset(f"{tmp_path}/wh/") == LineageDataset("file", f"{tmp_path}/wh")
+    assert storage_dataset(f"file://{tmp_path}/wh") == LineageDataset("file", f"{tmp_path}/wh")
+    assert storage_dataset("file://nas1/data/t") == LineageDataset("file://nas1", "/data/t")
+    assert storage_dataset("s3://lake/wh/p/t/") == LineageDataset("s3://lake", "wh/p/t")
+    assert storage_dataset("s3a://lake") == LineageDataset("s3://lake", "/")
+    assert storage_dataset("gs://bucket/a/b") == LineageDataset("gs://bucket", "a/b")
+    azure = "abfss://lake@acct.dfs.core.windows.net/wh/p/t"
+    assert storage_dataset(azure) == LineageDataset(
+        "abfss://lake@acct.dfs.core.windows.net", "wh/p/t"
+    )
+    assert storage_dataset("az://lake/wh/p/t") == LineageDataset("az://lake", "wh/p/t")
     relative = storage_dataset("wh/t")
-    assert relative == DatasetFacts("file", str(Path("wh/t").resolve()))
+    assert relative == LineageDataset("file", str(Path("wh/t").resolve()))
 
 
 def test_sources_per_transport(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,6 +94,13 @@ def test_sources_per_transport(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert names("s3_input", {**s3, "prefix": "orders/"}) == [("s3://landing", "orders")]
     assert names("s3_input", {**s3, "key": "orders/a.json"}) == [("s3://landing", "orders/a.json")]
     assert names("s3_input", {**s3, "prefix": ""}) == [("s3://landing", "/")]
+    # Listing sources name what they list.
+    gcs = {"bucket_name": "landing", "prefix": "orders/"}
+    assert names("gcs_input", gcs) == [("gs://landing", "orders")]
+    azure = {"container": "landing", "prefix": "orders/", "account_name": "acct"}
+    assert names("azure_blob_input", {**azure, "account_key": "a2V5"}) == [
+        ("wasbs://landing@acct.blob.core.windows.net", "orders")
+    ]
     assert names(
         "url_input", {"path": "https://reader:hunter22@api.example.com/v1/x?token=t0k3n"}
     ) == [("https://api.example.com:443", "/v1/x")]
