@@ -22,6 +22,7 @@ libraries read: ``GOOGLE_APPLICATION_CREDENTIALS``, ``GOOGLE_CLOUD_PROJECT`` and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -177,6 +178,13 @@ class GcpSettings:
             kwargs.update(access_token=creds.token, credential_token_expiration=creds.expiry)
         return pafs.GcsFileSystem(**kwargs)
 
+    def pyarrow_listing_filesystem(self) -> Any:
+        """:meth:`pyarrow_filesystem` whose non-recursive listings also report the
+        folders that only exist as name prefixes. pyarrow's own reports only objects
+        there, so code that removes a folder it sees as empty would remove what lies
+        under its sub-folders."""
+        return _listing_folders(self.pyarrow_filesystem())
+
     def storage_options(self) -> dict[str, str]:
         """delta-rs (``object_store``) storage options. An endpoint goes in the
         service-account document (``gcs_base_url``), with ``disable_oauth`` when
@@ -228,6 +236,90 @@ class GcpSettings:
         else:
             how = "with Application Default Credentials"
         return how + (f" at {self.endpoint}" if self.endpoint else "")
+
+
+def _listing_folders(fs: Any) -> Any:  # noqa: C901 - one method per filesystem call
+    """A pyarrow filesystem over ``fs`` (a ``GcsFileSystem``) whose non-recursive
+    listings report prefixes as folders (from a recursive listing); everything else is
+    ``fs``'s own."""
+    from pyarrow import fs as pafs
+
+    class Folders(pafs.FileSystemHandler):  # type: ignore[misc]
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Folders) and bool(fs.equals(other.fs))
+
+        def __ne__(self, other: object) -> bool:
+            return not self == other
+
+        def __hash__(self) -> int:
+            return id(fs)
+
+        @property
+        def fs(self) -> Any:
+            return fs
+
+        def get_type_name(self) -> str:
+            return "gcs"
+
+        def normalize_path(self, path: str) -> str:
+            return str(fs.normalize_path(path))
+
+        def get_file_info(self, paths: list[str]) -> Any:
+            return fs.get_file_info(paths)
+
+        def get_file_info_selector(self, selector: Any) -> Any:
+            if selector.recursive:
+                return fs.get_file_info(selector)
+            deep = pafs.FileSelector(selector.base_dir, selector.allow_not_found, True)
+            base = selector.base_dir.rstrip("/") + "/"
+            found, folders = [], set()
+            for info in fs.get_file_info(deep):
+                rest = info.path[len(base) :]
+                if "/" in rest:
+                    folders.add(base + rest.split("/", 1)[0])
+                elif info.type != pafs.FileType.Directory:
+                    found.append(info)
+            return found + [pafs.FileInfo(f, pafs.FileType.Directory) for f in sorted(folders)]
+
+        def create_dir(self, path: str, recursive: bool) -> None:
+            fs.create_dir(path, recursive=recursive)
+
+        def delete_dir(self, path: str) -> None:
+            # Its objects; a folder that is only a prefix has no marker object to delete.
+            for info in fs.get_file_info(pafs.FileSelector(path, True, True)):
+                if info.type == pafs.FileType.File:
+                    fs.delete_file(info.path)
+            with contextlib.suppress(OSError):
+                fs.delete_dir(path)
+
+        def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
+            fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+
+        def delete_root_dir_contents(self) -> None:
+            raise OSError("refusing to empty every bucket")
+
+        def delete_file(self, path: str) -> None:
+            fs.delete_file(path)
+
+        def move(self, src: str, dest: str) -> None:
+            fs.move(src, dest)
+
+        def copy_file(self, src: str, dest: str) -> None:
+            fs.copy_file(src, dest)
+
+        def open_input_stream(self, path: str) -> Any:
+            return fs.open_input_stream(path)
+
+        def open_input_file(self, path: str) -> Any:
+            return fs.open_input_file(path)
+
+        def open_output_stream(self, path: str, metadata: Any) -> Any:
+            return fs.open_output_stream(path, metadata=metadata)
+
+        def open_append_stream(self, path: str, metadata: Any) -> Any:
+            return fs.open_append_stream(path, metadata=metadata)
+
+    return pafs.PyFileSystem(Folders())
 
 
 def gcp_settings(conn_id: str | None, *, who: str = "", field: str = "gcp_conn_id") -> GcpSettings:

@@ -11,7 +11,7 @@ adapter that every client talks to.
 Why the adapter: fake-gcs-server answers Google's JSON API (google-cloud-storage,
 pyarrow's ``GcsFileSystem``) and the XML API's listing and downloads, but not the XML
 API's uploads, copies and deletes (fsouza/fake-gcs-server#331), which delta-rs
-(``object_store``) writes with. The adapter turns exactly those three requests into the
+(``object_store``) writes with. The adapter (a Python process of its own) turns exactly those three requests into the
 emulator's JSON calls (keeping ``x-goog-if-generation-match``, the condition a Delta
 commit relies on) and passes every other request through unchanged. XML multipart
 uploads (objects over 10 MiB written by delta-rs) are refused with a message saying so.
@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Mapping
@@ -69,21 +70,16 @@ class GcsServer:
         self.log = log
         self.emulator_url = ""
         self.endpoint = ""
-        self._proc: Any = None
-        self._adapter: ThreadingHTTPServer | None = None
+        self._procs: list[subprocess.Popen[bytes]] = []
 
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self, timeout: float = 30.0) -> GcsServer:
         """Start the emulator and the adapter and wait until both answer."""
-        import subprocess
-
         exe = binary()
-        adapter = ThreadingHTTPServer(("127.0.0.1", 0), _Adapter)
-        adapter.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{adapter.server_address[1]}"
-        port = free_port()
+        port, adapter_port = free_port(), free_port()
         self.emulator_url = f"http://127.0.0.1:{port}"
+        self.endpoint = f"http://127.0.0.1:{adapter_port}"
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
         # -public-host: the XML API is served for requests whose Host is the emulator's
         # own address (the adapter forwards with it); -external-url: resumable uploads
@@ -91,22 +87,26 @@ class GcsServer:
         args = [str(exe), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1"]
         args += ["-port", str(port), "-public-host", f"127.0.0.1:{port}"]
         args += ["-external-url", self.endpoint, "-log-level", "warn"]
-        self._proc = subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        _Adapter.upstream = httpx.Client(base_url=self.emulator_url, timeout=60)
-        self._adapter = adapter
-        threading.Thread(target=adapter.serve_forever, daemon=True, name="gcs-adapter").start()
+        # The adapter is a process of its own: a client in this process that holds the
+        # GIL while it waits for an answer (pyarrow's GCS filesystem does) would
+        # otherwise wait for an adapter thread that cannot run.
+        adapter = [sys.executable, "-m", __name__, self.emulator_url, str(adapter_port)]
+        for cmd in (args, adapter):
+            self._procs.append(
+                subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                code = self._proc.returncode
-                self.stop()
-                raise RuntimeError(
-                    f"the GCS emulator (fake-gcs-server) exited with code {code} before "
-                    f"answering on {self.emulator_url}"
-                    + (f"; its output is in {self.log}" if self.log else "")
-                )
+            for proc, what in zip(
+                self._procs, ("emulator (fake-gcs-server)", "adapter"), strict=True
+            ):
+                if proc.poll() is not None:
+                    code = proc.returncode
+                    self.stop()
+                    raise RuntimeError(
+                        f"the GCS {what} exited with code {code} before answering on "
+                        f"{self.endpoint}" + (f"; its output is in {self.log}" if self.log else "")
+                    )
             try:
                 if httpx.get(f"{self.endpoint}/storage/v1/b", timeout=2).status_code == 200:
                     return self
@@ -120,18 +120,15 @@ class GcsServer:
 
     def stop(self) -> None:
         """Stop the adapter and the emulator (everything stored is gone)."""
-        if self._adapter is not None:
-            self._adapter.shutdown()
-            self._adapter.server_close()
-            self._adapter = None
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except Exception:
-                self._proc.kill()
-                self._proc.wait(10)
-        self._proc = None
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+        self._procs = []
 
     def __enter__(self) -> GcsServer:
         return self.start()
@@ -258,3 +255,16 @@ class _Adapter(BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:
         pass
+
+
+def serve_adapter(upstream: str, port: int) -> None:
+    """Serve the adapter on ``127.0.0.1:port`` in front of the emulator at ``upstream``
+    until the process is stopped (what :meth:`GcsServer.start` runs)."""
+    _Adapter.upstream = httpx.Client(base_url=upstream, timeout=60)
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Adapter)
+    server.daemon_threads = True
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    serve_adapter(sys.argv[1], int(sys.argv[2]))
