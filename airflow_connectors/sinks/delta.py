@@ -462,7 +462,10 @@ class DeltaSink(Sink):
             self._actions(parts),
             "append",
             self.schema(kind),
-            commit_properties=self._properties(batch_id, attempt, version),
+            # No rebase-and-retry by delta-rs: it finds no conflict between two
+            # publishers' app transactions and would commit the batch twice; a
+            # conflict comes back here, and the loop looks again (_recorded).
+            commit_properties=self._properties(batch_id, attempt, version, retries=0),
         )
 
     def _new_columns(self, dt: DeltaTable, parts: list[_Part]) -> list[str]:
@@ -501,7 +504,7 @@ class DeltaSink(Sink):
             pa.RecordBatchReader.from_batches(schema, batches()),
             mode="append",
             schema_mode="merge",
-            commit_properties=self._properties(batch_id, attempt, version),
+            commit_properties=self._properties(batch_id, attempt, version, retries=0),
         )
         self.merged = True
 

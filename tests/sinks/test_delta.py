@@ -400,13 +400,13 @@ class TestDeltaSink(SinkConformance):
                 dt = delta(uri)
             except TableNotFoundError:
                 continue  # no batch had dead letters
-            # Every commit is a committed batch's, marked <app id>#<batch>#<attempt>. Two
-            # publishers of one batch at once may both commit (delta-rs does not find
-            # their app transactions in conflict): they add the same files, so the table
-            # lists each file once and holds the batch once.
+            # Every commit is a committed batch's, marked <app id>#<batch>#<attempt>, and
+            # one commit per batch: publishers of one batch at once do not both commit
+            # (delta-rs's own retry is off; the loser looks again and finds the batch).
             marks = [str(c.get(BATCH_KEY, "")).split("#") for c in dt.history()]
             batches = [int(m[1]) for m in marks if len(m) == 3 and m[0] == sink.app_id]
             assert len(batches) == len(marks), f"{case.name} {kind}: unmarked commits"
+            assert len(set(batches)) == len(batches), f"{case.name} {kind}: {batches}"
             assert set(batches) <= set(ids), f"{case.name} {kind}: {batches} not in {ids}"
             assert dt.transaction_version(sink.app_id) == max(batches), case.name
             paths = pa.table(dt.get_add_actions()).column("path").to_pylist()
