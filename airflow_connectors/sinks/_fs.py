@@ -22,6 +22,11 @@ windows.net/path``) is reached through the ``AZURE_STORAGE_*`` environment, read
 (:func:`azure_settings`): the account and its key, SAS token or connection string, and
 ``AZURE_STORAGE_ENDPOINT`` for an emulator such as Azurite.
 
+Google Cloud Storage (``gs://bucket/path``) is reached through the Google environment, read
+by :meth:`~airflow_connectors.connections.gcp.GcpSettings.from_environment`:
+``GOOGLE_APPLICATION_CREDENTIALS`` (else Application Default Credentials),
+``GOOGLE_CLOUD_PROJECT``, and ``STORAGE_EMULATOR_HOST`` for an emulator.
+
 Spark's Python workers inherit the driver's environment in local mode; ``spark-submit``
 jobs get it from the task's environment (never on a command line), and executors of a
 cluster through the job's environment (see :func:`storage_environment`).
@@ -45,6 +50,7 @@ from urllib.parse import urlsplit
 
 from airflow_connectors.connections.aws import AwsSettings
 from airflow_connectors.connections.azure import AZURE_VARIABLES, AzureSettings
+from airflow_connectors.connections.gcp import GCP_VARIABLES, GcpSettings
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -55,6 +61,8 @@ S3_SCHEMES = ("s3", "s3a")
 #: URL schemes of Azure Blob Storage: ``az://container/path`` (delta-rs, fsspec) and
 #: Hadoop's ``abfs[s]://container@account.dfs.core.windows.net/path``.
 AZURE_SCHEMES = ("az", "abfs", "abfss")
+#: URL schemes of Google Cloud Storage.
+GCS_SCHEMES = ("gs",)
 #: Environment variables the S3 filesystem is configured from; what executors need.
 AWS_VARIABLES = (
     "AWS_ENDPOINT_URL",
@@ -79,7 +87,7 @@ def scheme(location: str) -> str:
 def is_object_store(location: str) -> bool:
     """Whether ``location`` is on an object store (``s3://``, ``az://``): no renames, no
     folders."""
-    return scheme(location) in S3_SCHEMES + AZURE_SCHEMES
+    return scheme(location) in S3_SCHEMES + AZURE_SCHEMES + GCS_SCHEMES
 
 
 def join(base: str, *parts: str) -> str:
@@ -126,10 +134,23 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
         if not container:
             raise ValueError(f"{location}: an Azure URL needs a container: az://container/path")
         return azure_settings(location).pyarrow_filesystem(), f"{container}/{path}".rstrip("/")
+    if kind in GCS_SCHEMES:
+        url = urlsplit(location)
+        if not url.netloc:
+            raise ValueError(f"{location}: a Cloud Storage URL needs a bucket: gs://bucket/path")
+        path = f"{url.netloc}/{url.path.strip('/')}".rstrip("/")
+        return _gcs(GcpSettings.from_environment()), path
     raise ValueError(
-        f"{location}: unsupported URL scheme {kind!r}; use a local folder, s3://bucket/prefix "
-        "or az://container/path"
+        f"{location}: unsupported URL scheme {kind!r}; use a local folder, s3://bucket/prefix, "
+        "az://container/path or gs://bucket/path"
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _gcs(settings: GcpSettings) -> pafs.FileSystem:
+    """One Cloud Storage filesystem per distinct environment (pyarrow renews its tokens),
+    listing folders that are only name prefixes as folders."""
+    return settings.pyarrow_listing_filesystem()
 
 
 def azure_settings(location: str) -> AzureSettings:
@@ -168,13 +189,13 @@ def aws_environment() -> dict[str, str]:
     return {k: os.environ[k] for k in AWS_VARIABLES if os.environ.get(k)}
 
 
-#: Every variable an object-store warehouse is configured from (S3's, Azure's).
-STORAGE_VARIABLES = AWS_VARIABLES + AZURE_VARIABLES
+#: Every variable an object-store warehouse is configured from (S3's, Azure's, GCS's).
+STORAGE_VARIABLES = AWS_VARIABLES + AZURE_VARIABLES + GCP_VARIABLES
 
 
 def storage_environment() -> dict[str, str]:
     """The variables of :data:`STORAGE_VARIABLES` this process has: what Spark's Python
-    workers need to write a warehouse on ``s3://`` or ``az://``. Never for a command line."""
+    workers need to write a warehouse on ``s3://``, ``az://`` or ``gs://``. Never for a command line."""
     return {k: os.environ[k] for k in STORAGE_VARIABLES if os.environ.get(k)}
 
 

@@ -88,11 +88,14 @@ def storage_options(uri: str) -> dict[str, str] | None:
     executors' filesystem uses too (:mod:`._fs`: endpoint, credentials, region; plain
     HTTP allowed for an ``http://`` endpoint), else None."""
     from airflow_connectors.connections.aws import AwsSettings
+    from airflow_connectors.connections.gcp import GcpSettings
 
     if not _fs.is_object_store(uri):
         return None
     if _fs.scheme(uri) in _fs.AZURE_SCHEMES:
         return _fs.azure_settings(uri).storage_options()
+    if _fs.scheme(uri) in _fs.GCS_SCHEMES:
+        return GcpSettings.from_environment().storage_options()
     return AwsSettings.from_environment().storage_options()
 
 
@@ -609,7 +612,7 @@ def _path_in_filesystem(uri: str) -> str:
     from urllib.parse import unquote, urlsplit
 
     parts = urlsplit(uri)
-    if parts.scheme in ("s3", "s3a"):
+    if parts.scheme in ("s3", "s3a", "gs"):
         return f"{parts.netloc}{unquote(parts.path)}"
     if parts.scheme in _fs.AZURE_SCHEMES:  # container/path (abfs: container@account)
         return f"{parts.netloc.split('@')[0]}{unquote(parts.path)}"
