@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from airflow_connectors.spec.config import field_order
 from airflow_connectors.spec.redact import is_secret_name, mask_url
 
 M = TypeVar("M", bound=BaseModel)
@@ -120,7 +121,8 @@ def _fields_at(cls: type[BaseModel], loc: list[Any]) -> list[str]:
     model = _model_in(current)
     if model is None:
         return []
-    return [_spelled(f, info) for f, info in model.model_fields.items() if not f.startswith("_")]
+    fields = model.model_fields
+    return [_spelled(f, fields[f]) for f in field_order(model) if not f.startswith("_")]
 
 
 def _spelled(name: str, info: Any) -> str:

@@ -16,12 +16,12 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
+from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.datasets import LineageDataset, storage_dataset
 from airflow_connectors.transports.base import Cursor, WorkItem
 from airflow_connectors.transports.listing import (
     COMPRESSED_SIZE,
     Compression,
-    ListingConfig,
     ListingSource,
     ObjectInfo,
 )
@@ -31,7 +31,7 @@ __all__ = ["COMPRESSED_SIZE", "FileInputConfig", "FileInputTransport"]
 READ_CHUNK = 8 << 20
 
 
-class FileInputConfig(ListingConfig):
+class FileInputConfig(StrictConfig):
     """Feldera's ``file_input`` config, reading a folder or glob as well as one file."""
 
     path: str = Field(

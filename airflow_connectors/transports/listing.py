@@ -39,7 +39,7 @@ import time
 from abc import abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import Field
 
@@ -131,12 +131,23 @@ class ListingConfig(StrictConfig):
     )
 
 
+class ListingSettings(Protocol):
+    """What the framework reads of a listing source's config: a ``Config`` that extends
+    :class:`ListingConfig` has it, and one that declares the four fields itself (to keep
+    its own field order in messages and docs) does too."""
+
+    follow: bool
+    relist_every: int
+    relist_margin_s: float
+    compression: Compression
+
+
 class ListingSource(Transport):
     """A source of objects named by sortable keys; see the module's docstring for what
     the framework does. Subclasses implement :meth:`location`, :meth:`scope`,
     :meth:`list_objects` and :meth:`open_range`, and may set the class flags below."""
 
-    config: ListingConfig
+    config: ListingSettings  # type: ignore[assignment]
     #: Zero-byte objects hold no record: skipped (folder markers of object stores).
     skip_empty: ClassVar[bool] = True
     #: Bytes appended to a committed object are new work when the format is line
@@ -446,4 +457,11 @@ def _collapsed(obj: ObjectInfo, cursor: Cursor) -> bool:
     return w is not None and late_after is not None and obj.key <= w and obj.changed_at < late_after
 
 
-__all__ = ["COMPRESSED_SIZE", "ETAG", "ListingConfig", "ListingSource", "ObjectInfo"]
+__all__ = [
+    "COMPRESSED_SIZE",
+    "ETAG",
+    "ListingConfig",
+    "ListingSettings",
+    "ListingSource",
+    "ObjectInfo",
+]

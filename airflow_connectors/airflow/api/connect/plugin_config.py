@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from airflow_connectors.airflow.api.connect.errors import ApiError
+from airflow_connectors.spec.config import field_order
 from airflow_connectors.spec.redact import mask_config, secret_fields
 
 PluginType = Literal["source", "converter", "sink"]
@@ -52,7 +53,9 @@ def definitions(config: type[BaseModel]) -> list[dict[str, Any]]:
     schema = config.model_json_schema()
     required = set(schema.get("required", []))
     out = []
-    for name, prop in schema.get("properties", {}).items():
+    properties = schema.get("properties", {})
+    for name in sorted(properties, key=field_order(config).index):
+        prop = properties[name]
         kinds = [prop.get("type")] + [a.get("type") for a in prop.get("anyOf", [])]
         kind = next((k for k in kinds if k and k != "null"), "object")
         if "default" in prop or name in required:
