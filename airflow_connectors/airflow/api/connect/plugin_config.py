@@ -54,7 +54,9 @@ def definitions(config: type[BaseModel]) -> list[dict[str, Any]]:
     required = set(schema.get("required", []))
     out = []
     properties = schema.get("properties", {})
-    for name in sorted(properties, key=field_order(config).index):
+    fields = config.model_fields
+    order = [fields[n].alias or n for n in field_order(config)]
+    for name in sorted(properties, key=lambda n: order.index(n) if n in order else len(order)):
         prop = properties[name]
         kinds = [prop.get("type")] + [a.get("type") for a in prop.get("anyOf", [])]
         kind = next((k for k in kinds if k and k != "null"), "object")
