@@ -50,13 +50,6 @@ class AzureBlobInputConfig(ListingConfig, AzureConfigFields):
         min_length=1,
         description="Read this one blob. Exactly one of prefix and blob.",
     )
-    max_object_bytes_per_batch: int | None = Field(
-        default=None,
-        gt=0,
-        description="Line-oriented formats (JSON lines, CSV): an uncompressed blob larger "
-        "than this is read in byte ranges of this size, one range per batch. Unset: whole "
-        "blobs.",
-    )
 
     @field_validator("container")
     @classmethod

@@ -19,14 +19,20 @@ from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from airflow_connectors.connections.gcp import KIND, GcpConfigFields, GcpSettings
 from airflow_connectors.spec.datasets import LineageDataset, storage_dataset
 from airflow_connectors.spec.redact import mask_text
 from airflow_connectors.transports import retry
 from airflow_connectors.transports.base import WorkItem
-from airflow_connectors.transports.listing import ETAG, ListingConfig, ListingSource, ObjectInfo
+from airflow_connectors.transports.listing import (
+    ETAG,
+    ListingConfig,
+    ListingSource,
+    ObjectInfo,
+    PrefixOrKey,
+)
 
 #: Bytes asked of the server per request when reading.
 READ_CHUNK = 8 << 20
@@ -38,30 +44,13 @@ T = TypeVar("T")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 
 
-class GcsInputConfig(ListingConfig, GcpConfigFields):
+class GcsInputConfig(ListingConfig, GcpConfigFields, PrefixOrKey):
     """A bucket and a prefix (or one key), how to reach it, and the settings of every
     listing source."""
 
     bucket_name: str = Field(
         description="The bucket to read (Cloud Storage naming rules: lowercase letters, "
         "digits, '-', '_' and '.').",
-    )
-    prefix: str | None = Field(
-        default=None,
-        description="Read every object whose name starts with this prefix, in name order "
-        "('' for the whole bucket). Exactly one of prefix and key.",
-    )
-    key: str | None = Field(
-        default=None,
-        min_length=1,
-        description="Read this one object. Exactly one of prefix and key.",
-    )
-    max_object_bytes_per_batch: int | None = Field(
-        default=None,
-        gt=0,
-        description="Line-oriented formats (JSON lines, CSV): an uncompressed object larger "
-        "than this is read in byte ranges of this size, one range per batch; a crash loses "
-        "at most one range. Unset: whole objects.",
     )
 
     @field_validator("bucket_name")
@@ -75,15 +64,6 @@ class GcsInputConfig(ListingConfig, GcpConfigFields):
                 "and '.', starting and ending with a letter or digit"
             )
         return v
-
-    @model_validator(mode="after")
-    def _prefix_or_key(self) -> GcsInputConfig:
-        if (self.prefix is None) == (self.key is None):
-            raise ValueError(
-                "set exactly one of prefix (every object under it; '' for the whole bucket) "
-                "and key (one object)"
-            )
-        return self
 
 
 class GcsInputTransport(ListingSource):

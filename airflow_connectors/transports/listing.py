@@ -39,9 +39,9 @@ import time
 from abc import abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.datasets import LineageDataset, storage_dataset
@@ -129,6 +129,42 @@ class ListingConfig(StrictConfig):
         "Compressed objects are streamed (never whole in memory), never split, and a "
         "resumed one is read again from its start, skipping what was committed.",
     )
+    max_object_bytes_per_batch: int | None = Field(
+        default=None,
+        gt=0,
+        description="Line-oriented formats (JSON lines, CSV): an uncompressed object larger "
+        "than this is read in byte ranges of this size, one range per batch; a crash loses "
+        "at most one range. Unset: whole objects.",
+    )
+
+
+class PrefixOrKey(StrictConfig):
+    """Where in a bucket a source reads: every object under a prefix, or one object."""
+
+    prefix: str | None = Field(
+        default=None,
+        description="Read every object whose key starts with this prefix, in key order "
+        "('' for the whole bucket). Exactly one of prefix and key.",
+    )
+    key: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Read this one object. Exactly one of prefix and key.",
+    )
+
+    @model_validator(mode="after")
+    def _prefix_or_key(self) -> Self:
+        if (self.prefix is None) == (self.key is None):
+            raise ValueError(
+                "set exactly one of prefix (every object under it; '' for the whole bucket) "
+                "and key (one object)"
+            )
+        return self
+
+    @property
+    def scope(self) -> str:
+        """The one key, or the prefix: the fixed start of every key listed."""
+        return self.key if self.key is not None else self.prefix or ""
 
 
 class ListingSettings(Protocol):
@@ -464,4 +500,5 @@ __all__ = [
     "ListingSettings",
     "ListingSource",
     "ObjectInfo",
+    "PrefixOrKey",
 ]

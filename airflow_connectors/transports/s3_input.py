@@ -18,13 +18,18 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from airflow_connectors.connections.aws import KIND as AWS
 from airflow_connectors.connections.aws import AwsConfigFields
 from airflow_connectors.transports import _s3, retry
 from airflow_connectors.transports.base import WorkItem
-from airflow_connectors.transports.listing import ListingConfig, ListingSource, ObjectInfo
+from airflow_connectors.transports.listing import (
+    ListingConfig,
+    ListingSource,
+    ObjectInfo,
+    PrefixOrKey,
+)
 
 #: Bytes asked of a response body at a time.
 READ_CHUNK = 8 << 20
@@ -34,7 +39,7 @@ T = TypeVar("T")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
-class S3InputConfig(AwsConfigFields, ListingConfig):
+class S3InputConfig(ListingConfig, AwsConfigFields, PrefixOrKey):
     """Feldera's ``s3_input`` config, plus an Airflow connection, follow mode, the re-list
     cadence, byte-range splitting and decompression."""
 
@@ -42,28 +47,11 @@ class S3InputConfig(AwsConfigFields, ListingConfig):
         description="The bucket to read (S3 naming rules: 3-63 lowercase letters, digits, "
         "'.' and '-').",
     )
-    prefix: str | None = Field(
-        default=None,
-        description="Read every object whose key starts with this prefix, in key order "
-        "('' for the whole bucket). Exactly one of prefix and key.",
-    )
-    key: str | None = Field(
-        default=None,
-        min_length=1,
-        description="Read this one object. Exactly one of prefix and key.",
-    )
     max_concurrent_fetches: int = Field(
         default=8,
         gt=0,
         description="HTTP connections a client keeps to the endpoint. Objects are read in "
         "parallel by the connector's Spark tasks (tasks_max), one object per task at a time.",
-    )
-    max_object_bytes_per_batch: int | None = Field(
-        default=None,
-        gt=0,
-        description="Line-oriented formats (JSON lines, CSV): an uncompressed object larger "
-        "than this is read in byte ranges of this size, one range per batch; a crash loses "
-        "at most one range. Unset: whole objects.",
     )
 
     @field_validator("bucket_name")
@@ -77,15 +65,6 @@ class S3InputConfig(AwsConfigFields, ListingConfig):
                 "'-', starting and ending with a letter or digit, not an IP address"
             )
         return v
-
-    @model_validator(mode="after")
-    def _one_source(self) -> S3InputConfig:
-        if (self.prefix is None) == (self.key is None):
-            raise ValueError(
-                "set exactly one of prefix (every object under it; '' for the whole bucket) "
-                "and key (one object)"
-            )
-        return self
 
 
 def _is_ip(name: str) -> bool:
