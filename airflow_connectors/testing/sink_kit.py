@@ -613,3 +613,23 @@ class S3Warehouse:
     def storage_env(cls, s3_server: Any) -> dict[str, str]:
         """The server's ``AWS_*`` variables."""
         return dict(s3_server.env())
+
+
+class AzureWarehouse:
+    """Mixin for a :class:`SinkConformance` subclass whose warehouse is a new container
+    of Azurite: a session fixture ``azurite`` with ``create_container(name) -> name`` and
+    ``env() -> AZURE_STORAGE_* variables``, as
+    :class:`airflow_connectors.testing.azurite.Azurite` has. List it first, as
+    :class:`S3Warehouse`."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def warehouse_url(cls, azurite: Any) -> str:
+        """``az://<new container>/wh``."""
+        return f"az://{azurite.create_container(f'kit-{uuid.uuid4().hex[:10]}')}/wh"
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def storage_env(cls, azurite: Any) -> dict[str, str]:
+        """Azurite's ``AZURE_STORAGE_*`` variables."""
+        return dict(azurite.env())

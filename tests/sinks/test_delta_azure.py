@@ -5,35 +5,23 @@ crashes at every fail point included, and a table readable by delta-rs afterward
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from airflow_connectors.connections.azure import AzureSettings
 from airflow_connectors.sinks.delta import BATCH_KEY, DeltaSink
 from airflow_connectors.testing.azurite import Azurite
-from airflow_connectors.testing.sink_kit import SinkCase, SinkConformance
+from airflow_connectors.testing.sink_kit import AzureWarehouse, SinkCase, SinkConformance
 
 pytestmark = pytest.mark.sources
 
 
-class TestDeltaSinkOnAzure(SinkConformance):
+class TestDeltaSinkOnAzure(AzureWarehouse, SinkConformance):
     """Each batch one Delta commit recorded as the connector's app transaction, with the
     table's log and Parquet files on Azurite."""
 
     sink_name = "delta"
     sink_fail_points = ("delta_committed",)
     whole_at = ("delta_committed",)
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def warehouse_url(cls, azurite: Azurite) -> str:
-        return f"az://{azurite.create_container(f'kit-{uuid.uuid4().hex[:10]}')}/wh"
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def storage_env(cls, azurite: Azurite) -> dict[str, str]:
-        return azurite.env()
 
     def check_landed(self, case: SinkCase) -> None:
         from deltalake import DeltaTable
