@@ -40,11 +40,11 @@ it deletes; readers (pyarrow.dataset, Spark, DuckDB) ignore them.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import os
 import re
+import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -199,10 +199,25 @@ def storage_environment() -> dict[str, str]:
     return {k: os.environ[k] for k in STORAGE_VARIABLES if os.environ.get(k)}
 
 
-def remove_tree(fs: pafs.FileSystem, path: str) -> None:
-    """Remove folder (or prefix) ``path`` with everything under it; nothing when absent."""
-    with contextlib.suppress(FileNotFoundError):
-        fs.delete_dir(path)
+def remove_tree(fs: pafs.FileSystem, path: str, tries: int = 5) -> None:
+    """Remove folder (or prefix) ``path`` with everything under it; nothing when absent.
+
+    Another process may be removing the same folder (two retries of one batch): Azure's
+    batch delete then fails for the blobs the other one deleted first ("Failed to delete
+    blobs"). The delete is tried again, and only an error on a folder that still holds
+    something after ``tries`` attempts is raised."""
+    for attempt in range(tries):
+        try:
+            fs.delete_dir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if not entries(fs, path):
+                return
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.05 * 2**attempt)
 
 
 def is_s3(fs: pafs.FileSystem) -> bool:
