@@ -57,7 +57,6 @@ ERRORS_SUFFIX = "__errors"
 NOT_YET: dict[str, str] = {
     name: f" ({why}; a transport for it can be added as a plugin: see 'Writing a transport' in the README)"
     for name, why in {
-        "kafka_input": "reading Kafka topics needs a Kafka broker, not supported in this release",
         "pub_sub_input": "Google Pub/Sub is not supported in this release",
         "pubsub_input": "Google Pub/Sub (Feldera's pub_sub_input) is not supported in this release",
         "postgres_cdc_input": "PostgreSQL change data capture (logical replication) is not supported "

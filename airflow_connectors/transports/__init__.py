@@ -17,6 +17,7 @@ TRANSPORTS = Registry(
         "gcs_input": "airflow_connectors.transports.gcs_input:GcsInputTransport",
         "postgres_input": "airflow_connectors.transports.postgres_input:PostgresInputTransport",
         "nats_input": "airflow_connectors.transports.nats_input:NatsInputTransport",
+        "kafka_input": "airflow_connectors.transports.kafka_input:KafkaInputTransport",
         "delta_table_input": (
             "airflow_connectors.transports.delta_table_input:DeltaTableInputTransport"
         ),

@@ -103,6 +103,26 @@ class SequenceSource(Transport):
         """``partition`` in messages (``stream orders``, ``topic orders partition 3``)."""
         return partition
 
+    def pins_start(self) -> bool:
+        """Whether :meth:`start_at` moves with time (Kafka's ``latest``): the first
+        discovery then plans an empty range at the start of every partition nothing of
+        which is committed, whose commit fixes where it starts."""
+        return False
+
+    def missing(self, partition: Partition, first: int, last: int) -> None:
+        """Sequences ``first..last`` of ``partition``, below its first available one,
+        were removed before they were read and a range over them is being planned. By
+        default a notice (counted as a transport error) and they are skipped; a
+        subclass may raise instead (one line: the partition, the sequences, what to
+        do)."""
+        self.report.notice(
+            f"{self.name}: {last - first + 1} of the sequences {first}..{last} of "
+            f"{self.where(partition.key)} were removed from the {self.source_kind} "
+            "(deleted, purged, compacted or aged out) before this connector read them; "
+            "they cannot be read and are skipped",
+            partition.key,
+        )
+
     def acknowledge(self, positions: Mapping[str, int]) -> None:
         """Tell the source what the table holds: per partition key, the first sequence
         not committed (everything below it is). Called by every discovery, after the
@@ -157,8 +177,10 @@ class SequenceSource(Transport):
 
     def read(self, item: WorkItem) -> Iterator[bytes | pa.RecordBatch]:
         """The range ``item.start .. item.end - 1`` of partition ``item.key``."""
-        if item.end is None or item.end <= item.start:
+        if item.end is None or item.end < item.start:
             raise ValueError(f"{self.name}: work item {item.key!r} is no sequence range")
+        if item.end == item.start:
+            return  # a pinned start (see pins_start): nothing to read
         yield from self.read_range(item.key, item.start, item.end - 1)
 
     def _position(self, partition: Partition, row: KeyOffset | None) -> int:
@@ -195,7 +217,12 @@ class SequenceSource(Transport):
         for p in parts:
             # A partition that appeared after a bounded source fixed its ends is not read.
             end = min(ends.get(p.key, positions[p.key] - 1), p.last)
-            if self.in_flight(cursor, p) or positions[p.key] > end:
+            if self.in_flight(cursor, p):
+                continue
+            if positions[p.key] > end:
+                if rows[p.key] is None and self.pins_start() and len(items) < limits.max_items:
+                    at = positions[p.key]
+                    items.append(WorkItem(key=p.key, start=at, end=at, records=0, meta=meta))
                 continue
             row = rows[p.key]
             start, done = positions[p.key], row.records if row is not None else 0
@@ -234,8 +261,10 @@ class SequenceSource(Transport):
 
     def _report_removed(self, p: Partition, first: int, last: int) -> None:
         """A notice when sequences of a newly planned range are gone from the source."""
-        gone = max(0, min(last, p.first - 1) - first + 1)
-        gone += sum(1 for s in p.removed if first <= s <= last and s >= p.first)
+        below = min(last, p.first - 1)
+        if below >= first:
+            self.missing(p, first, below)
+        gone = sum(1 for s in p.removed if first <= s <= last and s >= p.first)
         if gone:
             self.report.notice(
                 f"{self.name}: {gone} of the sequences {first}..{last} of "

@@ -101,14 +101,15 @@ def test_feldera_numbers_example_validates(tmp_path: Path) -> None:
     assert t.connectors[0].transport.config["plan"][0]["fields"]["num"]["range"] == [0, 10]
 
 
-def test_feldera_price_example_reports_only_kafka_missing() -> None:
-    path, message = one_error({"pipeline": "tutorial", "sql": PRICE_SQL})
-    assert path == "tables.price.connectors[1].transport.name"
-    assert message == (
-        "transport 'kafka_input' is not available yet (reading Kafka topics needs a Kafka broker, "
-        "not supported in this release; a transport for it can be added as a plugin: see "
-        f"'Writing a transport' in the README); available transports: {AVAILABLE}"
-    )
+def test_feldera_price_example_validates_with_its_kafka_connector() -> None:
+    assert errors({"pipeline": "tutorial", "sql": PRICE_SQL}) == []
+    spec = parse_pipeline({"pipeline": "tutorial", "sql": PRICE_SQL})
+    kafka = spec.table("price").connectors[1]
+    assert kafka.transport.name == "kafka_input"
+    assert kafka.start_after == ("price.backfill",)
+    config = TRANSPORTS.get("kafka_input").Config.model_validate(kafka.transport.config)
+    assert config.topic == "price"  # the legacy topics: [one]
+    assert config.options["bootstrap.servers"] == "redpanda:9092"
 
 
 def test_price_table_parses_labels_string_and_unnamed_connectors() -> None:

@@ -1,0 +1,662 @@
+"""``kafka_input``: the messages of one Kafka topic, read as offset ranges per partition.
+
+A sequence source (:mod:`.sequence`): each partition of the topic is an offsets key
+``<topic>/<partition>``; a work item is a range of its offsets, read by one Spark task
+through a confluent-kafka consumer that is *assigned* the partition at the range's first
+offset (no group membership, no rebalance, no offset commits while reading), so a re-run
+after a crash reads exactly the same range and every message lands once. The framework
+plans the ranges up to each partition's end, keeps the committed position per partition
+(which commits with the batch), fixes a bounded read's end and reports holes.
+
+- **Ends.** A partition's end is its high watermark, or, read ``read_committed`` (the
+  default ``isolation.level``), its last stable offset: an open transaction's messages
+  are planned only once it ended. Offsets of aborted transactions, transaction markers
+  and compacted-away messages are holes inside a range: the consumer skips them, and the
+  read ends at the range's last offset, at the first message after it, or at the
+  partition's end (``enable.partition.eof``), never waiting for a missing offset.
+- **Deleted by retention.** A committed position below the partition's first offset
+  (its messages were deleted before this connector read them) fails discovery in one
+  line naming the topic, partition and offsets; ``on_missing: skip`` (or Feldera's
+  ``resume_earliest_if_data_expires: true``) skips them instead, counted as transport
+  errors.
+- **Start.** ``start_from`` decides where a partition nothing of which is committed
+  starts: ``earliest``, ``latest`` (the end at the connector's first discovery, pinned
+  by an empty range that commits it, so messages produced later are read even when the
+  connector waits for a ``start_after`` label), ``{offsets: [...]}`` (one per
+  partition, in the order of ``partitions``) or ``{timestamp: ms}`` (the first message
+  at or after it, Kafka's ``offsetsForTimes``).
+- **Consumer group.** After commits, every discovery writes the committed positions to
+  the consumer group ``group.id`` when it is given (``kafka-consumer-groups.sh
+  --describe`` then shows the connector's lag); the state store stays the truth.
+- **Messages.** Each message's value, followed by a line end unless it ends with one,
+  is what ``read`` yields to the connector's format (JSON, CSV, raw: one message is
+  one or more records). A message without a value (a tombstone) is no record.
+- **Errors.** Transient broker errors (a reset connection, a timeout, a leader that is
+  moving, a restarted broker) are retried under the connector's ``errors.retry.*``
+  settings; a read resumes after the last message it delivered. Permanent ones (no
+  such topic, authentication, authorization) fail at once, in one line without
+  secrets.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from airflow_connectors.connections import kafka as _kafka
+from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.spec.datasets import LineageDataset
+from airflow_connectors.spec.redact import is_secret_name, mask_text
+from airflow_connectors.transports import retry
+from airflow_connectors.transports.sequence import Partition, SequenceSource
+
+if TYPE_CHECKING:
+    from airflow_connectors.spec.models import TableSpec
+
+log = logging.getLogger(__name__)
+
+NAME = "kafka_input"
+#: Keys without a dot that librdkafka takes (Feldera accepts exactly these).
+_UNDOTTED = frozenset({"debug", "enabled_events", "retries"})
+#: librdkafka settings that hold secrets although their names do not say so.
+SECRET_OPTIONS = frozenset({"ssl.key.pem", "sasl.oauthbearer.config", "ssl_key"})
+#: Settings the connector owns: what a user gives is replaced.
+_OWNED = frozenset(
+    {"enable.auto.commit", "enable.auto.offset.store", "auto.offset.reset", "enable.partition.eof"}
+)
+#: Messages asked of librdkafka per ``consume`` call.
+CONSUME_BATCH = 10_000
+
+
+def is_secret_option(name: str) -> bool:
+    """Whether librdkafka setting ``name`` holds a secret (``sasl.password``,
+    ``ssl.key.password``, ``sasl.oauthbearer.client.secret``, ``ssl.key.pem``...)."""
+    return name in SECRET_OPTIONS or is_secret_name(name) or is_secret_name(name.replace(".", "_"))
+
+
+class StartOffsets(StrictConfig):
+    """``{offsets: [...]}``: the first offset of each partition."""
+
+    offsets: tuple[int, ...] = Field(
+        min_length=1,
+        description="The first offset to read of each partition, in the order of "
+        "partitions (or of the topic's partitions 0, 1, ...).",
+    )
+
+    @model_validator(mode="after")
+    def _not_negative(self) -> StartOffsets:
+        if any(o < 0 for o in self.offsets):
+            raise ValueError("offsets must be 0 or more")
+        return self
+
+
+class StartTimestamp(StrictConfig):
+    """``{timestamp: ms}``: the first message at or after this time."""
+
+    timestamp: int = Field(
+        ge=0, description="Milliseconds since the epoch: start at the first message at or after it."
+    )
+
+
+class KafkaInputConfig(StrictConfig):
+    """Feldera's ``kafka_input`` config: the topic, librdkafka settings with dotted keys
+    (``bootstrap.servers`` required, unless ``kafka_config_id`` names an Airflow Kafka
+    connection that gives it), where to start, and which partitions."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+
+    topic: str = Field(
+        min_length=1,
+        max_length=249,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="The topic to read (it must exist).",
+    )
+    start_from: Literal["earliest", "latest"] | StartOffsets | StartTimestamp = Field(
+        default="earliest",
+        description="Where a partition nothing of which is committed starts: 'earliest' "
+        "(its first message), 'latest' (its end at the connector's first discovery), "
+        "{offsets: [..]} or {timestamp: ms}. After that the committed offsets decide.",
+    )
+    partitions: tuple[int, ...] | None = Field(
+        default=None,
+        description="Read only these partitions (numbers); unset: every partition.",
+    )
+    follow: bool | None = Field(
+        default=None,
+        description="true (the default): never end; every discovery plans the messages "
+        "produced since. false (or enable.partition.eof: true): read up to the ends the "
+        "first discovery saw, then end the input.",
+    )
+    kafka_config_id: str | None = Field(
+        default=None,
+        description="An Airflow connection of type Apache Kafka (apache-airflow-providers-"
+        "apache-kafka) whose extra holds librdkafka settings; settings given here win.",
+    )
+    on_missing: Literal["fail", "skip"] = Field(
+        default="fail",
+        description="Messages deleted by retention before they were read: 'fail' "
+        "(discovery fails naming the topic, partition and offsets) or 'skip' (skipped "
+        "and counted as transport errors).",
+    )
+    inactivity_timeout_secs: float = Field(
+        default=60,
+        gt=0,
+        description="Seconds a read waits for the next message of its range before it "
+        "retries (a broker restart) or fails.",
+    )
+    log_level: str | None = Field(
+        default=None,
+        description="librdkafka's log level (Feldera's; librdkafka's 'log_level' 0-7).",
+    )
+    group_join_timeout_secs: float | None = Field(
+        default=None, description="Accepted for Feldera configs; unused (no group is joined)."
+    )
+    poller_threads: int | None = Field(
+        default=None, description="Accepted for Feldera configs; unused (one consumer per range)."
+    )
+    resume_earliest_if_data_expires: bool = Field(
+        default=False,
+        description="Feldera's name for on_missing: skip (true skips deleted messages).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_topics(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "topics" in data and "topic" not in data:
+            topics = data["topics"]
+            if not isinstance(topics, list | tuple) or len(topics) != 1:
+                raise ValueError(
+                    "topics: give exactly one topic (or use topic: <name>); one connector "
+                    "reads one topic"
+                )
+            data = {k: v for k, v in data.items() if k != "topics"}
+            data["topic"] = topics[0]
+        return data
+
+    @model_validator(mode="after")
+    def _options(self) -> KafkaInputConfig:
+        for key, value in (self.model_extra or {}).items():
+            if "." not in key and key not in _UNDOTTED:
+                raise ValueError(
+                    f"unknown field {key!r}: kafka_input takes its own fields and "
+                    "librdkafka settings, whose names have a dot (bootstrap.servers, "
+                    "security.protocol...)"
+                )
+            if key == "group.id" and not str(value).strip():
+                raise ValueError("group.id is empty; remove it or name the consumer group")
+            if not isinstance(value, str | int | float | bool):
+                raise ValueError(f"{key}: expected a text, number or boolean librdkafka value")
+        if "bootstrap.servers" not in self.options and self.kafka_config_id is None:
+            raise ValueError(
+                "bootstrap.servers is required (the brokers, host:port,...), or name an "
+                "Airflow Kafka connection in kafka_config_id"
+            )
+        if self.partitions is not None and (
+            len(set(self.partitions)) != len(self.partitions) or min(self.partitions) < 0
+        ):
+            raise ValueError("partitions: give distinct partition numbers, 0 or more")
+        if (
+            isinstance(self.start_from, StartOffsets)
+            and self.partitions is not None
+            and len(self.start_from.offsets) != len(self.partitions)
+        ):
+            raise ValueError(
+                f"start_from.offsets has {len(self.start_from.offsets)} offsets for "
+                f"{len(self.partitions)} partitions; give one per partition"
+            )
+        isolation = self.options.get("isolation.level", "read_committed")
+        if isolation not in ("read_committed", "read_uncommitted"):
+            raise ValueError("isolation.level: expected read_committed or read_uncommitted")
+        return self
+
+    @property
+    def options(self) -> dict[str, str]:
+        """The librdkafka settings given in the config, as text."""
+        return {k: _text(v) for k, v in (self.model_extra or {}).items()}
+
+    @property
+    def bounded(self) -> bool:
+        """``follow: false``, or ``enable.partition.eof: true`` without ``follow``."""
+        if self.follow is not None:
+            return not self.follow
+        return self.options.get("enable.partition.eof", "false").lower() == "true"
+
+    @property
+    def skip_missing(self) -> bool:
+        """Deleted messages are skipped (counted), not an error."""
+        return self.on_missing == "skip" or self.resume_earliest_if_data_expires
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class KafkaInputTransport(SequenceSource):
+    """The ``kafka_input`` transport: a topic's partitions as sequence ranges of offsets."""
+
+    name = NAME
+    Config = KafkaInputConfig
+    config: KafkaInputConfig
+    source_kind = "topic"
+    connection_fields: ClassVar[Mapping[str, str]] = {"kafka_config_id": _kafka.KIND}
+
+    def __init__(self, config: KafkaInputConfig, table: TableSpec) -> None:
+        super().__init__(config, table)
+        self._settings: dict[str, str] | None = None
+        self._starts: dict[str, int] | None = None
+
+    @property
+    def bounded(self) -> bool:
+        """See :attr:`KafkaInputConfig.bounded`."""
+        return self.config.bounded
+
+    # --- settings and errors ------------------------------------------------------------
+
+    def settings(self) -> dict[str, str]:
+        """librdkafka settings: the connection's, then the config's (without the ones
+        the connector owns)."""
+        if self._settings is None:
+            base: dict[str, str] = {}
+            if self.config.kafka_config_id:
+                base = _kafka.kafka_settings(self.config.kafka_config_id, self._who())
+            base.update(self.config.options)
+            self._settings = base
+        return dict(self._settings)
+
+    def secrets(self) -> set[str]:
+        """Secret values of the settings, to mask in messages."""
+        return {v for k, v in self.settings().items() if v and is_secret_option(k)}
+
+    def _who(self) -> str:
+        return f"{NAME} connector {self.context.who}" if self.context.connector else NAME
+
+    def _where(self) -> str:
+        return f"{self._who()}: topic {self.config.topic}"
+
+    def _client_config(self, **extra: str) -> dict[str, Any]:
+        conf: dict[str, Any] = {
+            k: v for k, v in self.settings().items() if k not in _OWNED and k != "group.id"
+        }
+        conf.setdefault("isolation.level", "read_committed")
+        conf.setdefault("socket.connection.setup.timeout.ms", "10000")
+        conf.setdefault("client.id", "airflow-connectors")
+        if self.config.log_level is not None:
+            conf["log_level"] = self.config.log_level
+        conf.update(
+            {
+                "group.id": f"airflow-connectors-reader-{uuid.uuid4().hex[:12]}",
+                "enable.auto.commit": "false",
+                "enable.auto.offset.store": "false",
+                "enable.partition.eof": "true",
+                "auto.offset.reset": "error",
+            }
+        )
+        conf.update(extra)
+        conf["error_cb"] = _errors_to_log
+        conf["logger"] = _LIBRDKAFKA_LOG
+        return conf
+
+    def _error(self, e: BaseException, doing: str) -> OSError:
+        """One line naming the connector, topic and what failed, without secrets;
+        transient broker errors become ``ConnectionError``/``TimeoutError`` (retried)."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        err = e.args[0] if isinstance(e, KafkaException) and e.args else None
+        text = mask_text(err.str() if isinstance(err, KafkaError) else str(e), self.secrets())
+        where = f"{self._where()}: {doing}"
+        if isinstance(err, KafkaError):
+            code = err.code()
+            if code in (
+                KafkaError.UNKNOWN_TOPIC_OR_PART,
+                KafkaError._UNKNOWN_TOPIC,
+                KafkaError._UNKNOWN_PARTITION,
+            ):
+                return FileNotFoundError(
+                    f"{where}: the topic or partition does not exist ({text}); create the "
+                    "topic or fix topic and partitions"
+                )
+            if code in (
+                KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                KafkaError.GROUP_AUTHORIZATION_FAILED,
+                KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+                KafkaError.SASL_AUTHENTICATION_FAILED,
+                KafkaError._AUTHENTICATION,
+            ):
+                return PermissionError(f"{where}: refused ({text}); check the credentials and ACLs")
+            if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT):
+                return TimeoutError(f"{where}: no answer in time ({text}); retry later")
+            if err.retriable() or code in _TRANSIENT_CODES:
+                return ConnectionError(
+                    f"{where}: {text}; check bootstrap.servers and that the brokers run"
+                )
+            if code == KafkaError._INVALID_ARG:
+                return _Permanent(f"{where}: a librdkafka setting is invalid ({text})")
+            return _Permanent(f"{where}: {text}")
+        if isinstance(e, OSError):
+            return e
+        return _Permanent(f"{where}: {type(e).__name__}: {text}")
+
+    def _call(self, doing: str, fn: Any) -> Any:
+        """``fn()`` with Kafka errors translated, retried while transient."""
+
+        def once() -> Any:
+            try:
+                return fn()
+            except OSError:
+                raise
+            except Exception as e:
+                raise self._error(e, doing) from e
+
+        return retry.retrying(self.retry, f"{self._where()}: {doing}", once)
+
+    # --- the sequence source ------------------------------------------------------------
+
+    def _admin_consumer(self) -> Any:
+        from confluent_kafka import Consumer, KafkaException
+
+        try:
+            return Consumer(self._client_config())
+        except KafkaException as e:
+            raise self._error(e, "creating a consumer") from e
+
+    def _partition_ids(self, consumer: Any) -> list[int]:
+        topic = self.config.topic
+        meta = consumer.list_topics(topic, timeout=10)
+        tmeta = meta.topics.get(topic)
+        if tmeta is None:
+            raise FileNotFoundError(f"{self._where()}: not found; create the topic or fix topic")
+        if tmeta.error is not None:
+            from confluent_kafka import KafkaException
+
+            raise KafkaException(tmeta.error)
+        found = sorted(tmeta.partitions)
+        if not found:
+            raise FileNotFoundError(f"{self._where()}: the topic has no partitions")
+        if self.config.partitions is None:
+            return found
+        missing = [p for p in self.config.partitions if p not in found]
+        if missing:
+            raise FileNotFoundError(
+                f"{self._where()}: partition(s) {', '.join(map(str, missing))} do not exist "
+                f"(the topic has {len(found)}: 0..{len(found) - 1}); fix partitions"
+            )
+        return sorted(self.config.partitions)
+
+    def key(self, partition: int) -> str:
+        """The offsets key of ``partition``: ``<topic>/<partition>``."""
+        return f"{self.config.topic}/{partition}"
+
+    def partition_of(self, key: str) -> int:
+        """The partition number of offsets key ``key``."""
+        topic, _, number = key.rpartition("/")
+        if topic != self.config.topic or not number.isdigit():
+            raise ValueError(f"{NAME}: work item {key!r} is no partition of {self.config.topic}")
+        return int(number)
+
+    def partitions(self) -> list[Partition]:
+        """Every partition read, with its first offset and its end (the last stable
+        offset under ``read_committed``) minus one; where nothing-committed partitions
+        start is resolved too."""
+
+        def look() -> list[Partition]:
+            from confluent_kafka import TopicPartition
+
+            consumer = self._admin_consumer()
+            try:
+                ids = self._partition_ids(consumer)
+                parts = []
+                for p in ids:
+                    low, high = consumer.get_watermark_offsets(
+                        TopicPartition(self.config.topic, p), timeout=10, cached=False
+                    )
+                    parts.append(Partition(self.key(p), int(low), int(high) - 1))
+                self._starts = self._resolve_starts(consumer, ids, parts)
+                return parts
+            finally:
+                consumer.close()
+
+        result: list[Partition] = self._call("listing the partitions", look)
+        return result
+
+    def _resolve_starts(
+        self, consumer: Any, ids: Sequence[int], parts: Sequence[Partition]
+    ) -> dict[str, int]:
+        start = self.config.start_from
+        if start == "earliest":
+            return {p.key: p.first for p in parts}
+        if start == "latest":
+            return {p.key: p.last + 1 for p in parts}
+        if isinstance(start, StartOffsets):
+            if len(start.offsets) != len(ids):
+                raise _Permanent(
+                    f"{self._where()}: start_from.offsets has {len(start.offsets)} offsets "
+                    f"for {len(ids)} partitions; give one per partition"
+                )
+            return {p.key: off for p, off in zip(parts, start.offsets, strict=True)}
+        from confluent_kafka import TopicPartition
+
+        asked = [TopicPartition(self.config.topic, p, start.timestamp) for p in ids]
+        found = consumer.offsets_for_times(asked, timeout=10)
+        starts = {}
+        for p, tp in zip(parts, found, strict=True):
+            if tp.error is not None:
+                from confluent_kafka import KafkaException
+
+                raise KafkaException(tp.error)
+            # -1: no message at or after the time: start at the end.
+            starts[p.key] = int(tp.offset) if tp.offset >= 0 else p.last + 1
+        return starts
+
+    def start_at(self, partition: Partition) -> int:
+        """Where ``start_from`` starts ``partition`` (resolved by :meth:`partitions`)."""
+        if self._starts is None or partition.key not in self._starts:
+            return partition.first
+        return self._starts[partition.key]
+
+    def pins_start(self) -> bool:
+        """``latest`` moves with time: its first discovery commits where it starts."""
+        return self.config.start_from == "latest"
+
+    def where(self, partition: str) -> str:
+        """``topic <t> partition <p>``."""
+        return f"topic {self.config.topic} partition {partition.rpartition('/')[2]}"
+
+    def missing(self, partition: Partition, first: int, last: int) -> None:
+        """Offsets ``first..last`` of ``partition`` were deleted (retention) before they
+        were read: an error unless ``on_missing: skip``."""
+        if self.config.skip_missing:
+            super().missing(partition, first, last)
+            return
+        raise _Permanent(
+            f"{self._where()}: offsets {first}..{last} of partition "
+            f"{partition.key.rpartition('/')[2]} were deleted (retention) before this "
+            f"connector read them; the partition now starts at offset {partition.first}. "
+            "Set on_missing: skip to skip them (counted as transport errors), or stop the "
+            "connector and reset its offsets"
+        )
+
+    def acknowledge(self, positions: Mapping[str, int]) -> None:
+        """With ``group.id``: commit the committed positions to the consumer group, so
+        Kafka's tools show the connector's lag."""
+        group = self.settings().get("group.id")
+        if not group or not positions:
+            return
+        from confluent_kafka import Consumer, TopicPartition
+
+        offsets = [
+            TopicPartition(self.config.topic, self.partition_of(k), int(pos))
+            for k, pos in sorted(positions.items())
+        ]
+
+        def commit() -> None:
+            consumer = Consumer(self._client_config(**{"group.id": group}))
+            try:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            finally:
+                consumer.close()
+
+        self._call(f"committing offsets to consumer group {group}", commit)
+
+    def read_range(self, partition: str, first: int, last: int) -> Iterator[bytes]:
+        """The values of offsets ``first..last`` of ``partition``, each followed by a line
+        end; holes are skipped. A transient error resumes after the last message
+        delivered."""
+        number = self.partition_of(partition)
+        resume: dict[int, int] = {0: first}
+        total = 0
+
+        def open_at(n: int) -> Iterator[bytes]:
+            return self._read(number, resume[n], last)
+
+        what = f"{self._where()} partition {number}: read offsets {first}..{last}"
+        for chunk, upto in _tracked(retry.retrying_stream(self.retry, what, open_at), self):
+            total += len(chunk)
+            resume[total] = upto
+            yield chunk
+
+    def _read(self, number: int, first: int, last: int) -> Iterator[bytes]:
+        """Messages ``first..last`` of partition ``number``: chunks of values. The offset
+        after each chunk is left in ``self._upto`` for :func:`_tracked`."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        self._upto = first
+        if first > last:
+            return
+        doing = f"reading partition {number} offsets {first}..{last}"
+        try:
+            consumer = Consumer(self._client_config())
+        except KafkaException as e:
+            raise self._error(e, doing) from e
+        try:
+            consumer.assign([TopicPartition(self.config.topic, number, first)])
+            idle_since = time.monotonic()
+            idle = self.config.inactivity_timeout_secs
+            while True:
+                try:
+                    messages = consumer.consume(CONSUME_BATCH, timeout=0.5)
+                except KafkaException as e:
+                    raise self._error(e, doing) from e
+                chunk, done = self._values(messages, last, doing)
+                if chunk:
+                    yield bytes(chunk)
+                if done:
+                    return
+                if messages:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > idle:
+                    raise TimeoutError(
+                        f"{self._where()}: {doing}: no message for {idle:g} s at offset "
+                        f"{self._upto}; the broker may be down (inactivity_timeout_secs)"
+                    )
+        finally:
+            consumer.close()
+
+    def _values(self, messages: list[Any], last: int, doing: str) -> tuple[bytearray, bool]:
+        """The values of ``messages`` up to offset ``last``, each ending a line, and
+        whether the range is read (its last offset, a later one, or the partition's
+        end was reached); moves ``self._upto`` past each message taken."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        chunk = bytearray()
+        for m in messages:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return chunk, True  # the end: the offsets left are holes
+                raise self._error(KafkaException(err), doing)
+            offset = m.offset()
+            if offset > last:
+                return chunk, True
+            value = m.value()
+            if value:
+                chunk += value
+                if not value.endswith(b"\n"):
+                    chunk += b"\n"
+            self._upto = offset + 1
+            if offset >= last:
+                return chunk, True
+        return chunk, False
+
+    # --- the rest -----------------------------------------------------------------------
+
+    def describe(self) -> str:
+        """Brokers, topic, start and follow on one line."""
+        servers = self.config.options.get("bootstrap.servers") or (
+            f"connection {self.config.kafka_config_id}"
+        )
+        start = self.config.start_from
+        start_text = start if isinstance(start, str) else start.model_dump_json()
+        return (
+            f"{NAME}: topic {self.config.topic} on {mask_text(servers, self.secrets())}, "
+            f"from {start_text}, {'until the ends seen first' if self.bounded else 'follow'}"
+        )
+
+    def lineage_datasets(self) -> list[LineageDataset]:
+        """The topic, on ``kafka://<first bootstrap server>`` (OpenLineage's naming)."""
+        servers = self.config.options.get("bootstrap.servers")
+        if not servers:
+            return []
+        first = servers.split(",")[0].strip()
+        if "://" in first:
+            first = first.split("://", 1)[1]
+        return [LineageDataset(f"kafka://{first}", self.config.topic)]
+
+
+class _Permanent(OSError):
+    """A Kafka error retrying cannot help."""
+
+    transient = False
+
+
+def _tracked(
+    chunks: Iterator[bytes], transport: KafkaInputTransport
+) -> Iterator[tuple[bytes, int]]:
+    for chunk in chunks:
+        yield chunk, transport._upto
+
+
+def _transient_codes() -> frozenset[int]:
+    try:
+        from confluent_kafka import KafkaError
+    except ImportError:  # pragma: no cover - a dependency
+        return frozenset()
+    names = (
+        "_TRANSPORT",
+        "_ALL_BROKERS_DOWN",
+        "_RESOLVE",
+        "_MSG_TIMED_OUT",
+        "LEADER_NOT_AVAILABLE",
+        "NOT_LEADER_FOR_PARTITION",
+        "NOT_COORDINATOR",
+        "COORDINATOR_NOT_AVAILABLE",
+        "COORDINATOR_LOAD_IN_PROGRESS",
+        "NETWORK_EXCEPTION",
+        "BROKER_NOT_AVAILABLE",
+        "_WAIT_COORD",
+        "REBALANCE_IN_PROGRESS",
+        "_NOENT",
+    )
+    return frozenset(getattr(KafkaError, n) for n in names if hasattr(KafkaError, n))
+
+
+_TRANSIENT_CODES = _transient_codes()
+
+
+def _errors_to_log(err: Any) -> None:
+    """librdkafka's background errors (a broker down, a reconnect): DEBUG only; a read
+    or call that fails because of them raises its own one-line error."""
+    log.debug("librdkafka: %s", err)
+
+
+_LIBRDKAFKA_LOG = logging.getLogger("airflow_connectors.transports.kafka_input.librdkafka")
+_LIBRDKAFKA_LOG.setLevel(logging.WARNING)
+
+
+__all__ = ["KafkaInputConfig", "KafkaInputTransport", "is_secret_option"]
