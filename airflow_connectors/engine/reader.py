@@ -428,7 +428,9 @@ def _ingest_item(task: _Task, item: WorkItem, out: _ItemParts) -> ItemOutcome:
         fmt.evolution.take()  # what an earlier (skipped) item met is not this item's
     ingest = _ItemIngest(task.ctx, item, task.transport(), out)
     rows = ingest.writer("rows")
-    if fmt is None:  # integrated transport: record batches in the table schema
+    # A transport that decodes with the format itself (adding columns of its own) yields
+    # decoded blocks, as an integrated transport does.
+    if fmt is None or task.transport().use_format(fmt):
         nbytes = ingest.convert(rows, task.schema)
         # Records that became dead letters were read too: a resumed item starts after them.
         offset = item.end if item.end is not None else item.start + ingest.good + ingest.bad

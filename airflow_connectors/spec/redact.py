@@ -28,6 +28,8 @@ MASK = "***"
 _SECRET_NAME = re.compile(
     r"pass(word|wd)?$|passphrase|secret|token|credential|^auth|_auth$|signature|"
     r"connection_?string|"
+    # librdkafka's private key text and OAuth settings (ssl.key.pem, sasl.oauthbearer.config)
+    r"(^|[._])key[._]pem$|oauthbearer[._]config$|"
     r"(^|_)(api|access|private|secret|signing|encryption|client|account|master|sas)_?key(_id)?$",
     re.I,
 )

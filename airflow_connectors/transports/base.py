@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
+    from airflow_connectors.formats.base import Format
     from airflow_connectors.spec.datasets import LineageDataset
     from airflow_connectors.spec.models import TableSpec
 
@@ -316,6 +317,14 @@ class Transport(ABC):
     def describe(self) -> str:
         """One line for ``validate`` output."""
         return self.name
+
+    def use_format(self, fmt: Format) -> bool:
+        """Called by the engine before reading, with the connector's format. Return True
+        when :meth:`read` then yields :class:`~airflow_connectors.formats.base.Decoded`
+        blocks itself, decoded with ``fmt`` (a transport that adds columns of its own
+        to each record, such as Kafka's partition and offset); the engine takes them as
+        an integrated transport's. By default False: ``read`` yields bytes for ``fmt``."""
+        return False
 
     def lineage_datasets(self) -> list[LineageDataset]:
         """The datasets this configuration reads, named as OpenLineage names them (the

@@ -43,7 +43,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
@@ -56,6 +57,9 @@ from airflow_connectors.transports import retry
 from airflow_connectors.transports.sequence import Partition, SequenceSource
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from airflow_connectors.formats.base import Decoded, Format, RecordError
     from airflow_connectors.spec.models import TableSpec
 
 log = logging.getLogger(__name__)
@@ -63,8 +67,6 @@ log = logging.getLogger(__name__)
 NAME = "kafka_input"
 #: Keys without a dot that librdkafka takes (Feldera accepts exactly these).
 _UNDOTTED = frozenset({"debug", "enabled_events", "retries"})
-#: librdkafka settings that hold secrets although their names do not say so.
-SECRET_OPTIONS = frozenset({"ssl.key.pem", "sasl.oauthbearer.config", "ssl_key"})
 #: Settings the connector owns: what a user gives is replaced.
 _OWNED = frozenset(
     {"enable.auto.commit", "enable.auto.offset.store", "auto.offset.reset", "enable.partition.eof"}
@@ -76,7 +78,21 @@ CONSUME_BATCH = 10_000
 def is_secret_option(name: str) -> bool:
     """Whether librdkafka setting ``name`` holds a secret (``sasl.password``,
     ``ssl.key.password``, ``sasl.oauthbearer.client.secret``, ``ssl.key.pem``...)."""
-    return name in SECRET_OPTIONS or is_secret_name(name) or is_secret_name(name.replace(".", "_"))
+    return is_secret_name(name) or is_secret_name(name.replace(".", "_"))
+
+
+#: Kafka metadata a message's rows can carry (Spark's Kafka source's column names).
+METADATA_FIELDS = ("key", "topic", "partition", "offset", "timestamp", "headers")
+MetadataField = Literal["key", "topic", "partition", "offset", "timestamp", "headers"]
+#: The column types each metadata field fits.
+METADATA_TYPES = {
+    "key": ("VARCHAR",),
+    "topic": ("VARCHAR",),
+    "partition": ("INT", "BIGINT"),
+    "offset": ("BIGINT",),
+    "timestamp": ("TIMESTAMP",),
+    "headers": ("VARCHAR",),
+}
 
 
 class StartOffsets(StrictConfig):
@@ -164,6 +180,43 @@ class KafkaInputConfig(StrictConfig):
         description="Feldera's name for on_missing: skip (true skips deleted messages).",
     )
 
+    include_key: bool = Field(
+        default=False, description="Add each message's key (UTF-8 text) as column key."
+    )
+    include_topic: bool = Field(default=False, description="Add the topic as column topic.")
+    include_partition: bool = Field(
+        default=False, description="Add the message's partition as column partition."
+    )
+    include_offset: bool = Field(
+        default=False, description="Add the message's offset as column offset."
+    )
+    include_timestamp: bool = Field(
+        default=False, description="Add the message's timestamp as column timestamp."
+    )
+    include_headers: bool = Field(
+        default=False,
+        description="Add the message's headers as column headers: a JSON array of "
+        '{"key": ..., "value": ...} (values as UTF-8 text), as Spark\'s Kafka source lists them.',
+    )
+    metadata: dict[MetadataField, str] = Field(
+        default_factory=dict,
+        description="Kafka metadata into columns of other names: {offset: kafka_offset, "
+        "partition: kafka_partition, ...} (key, topic, partition, offset, timestamp, "
+        "headers). The table declares each column: key, topic and headers VARCHAR, "
+        "partition INT or BIGINT, offset BIGINT, timestamp TIMESTAMP.",
+    )
+
+    @property
+    def metadata_columns(self) -> dict[str, str]:
+        """Metadata field -> column: ``metadata`` and the ``include_*`` flags."""
+        found: dict[str, str] = {
+            name: name
+            for name in METADATA_FIELDS
+            if getattr(self, f"include_{name}") and name not in self.metadata
+        }
+        found.update({str(k): v for k, v in self.metadata.items()})
+        return found
+
     @model_validator(mode="before")
     @classmethod
     def _legacy_topics(cls, data: Any) -> Any:
@@ -249,8 +302,35 @@ class KafkaInputTransport(SequenceSource):
 
     def __init__(self, config: KafkaInputConfig, table: TableSpec) -> None:
         super().__init__(config, table)
+        self._check_metadata(config, table)
         self._settings: dict[str, str] | None = None
         self._starts: dict[str, int] | None = None
+
+    @staticmethod
+    def _check_metadata(config: KafkaInputConfig, table: TableSpec) -> None:
+        """Every metadata column is a declared column of a type that holds it."""
+        wanted = config.metadata_columns
+        if not wanted:
+            return
+        if not table.columns:
+            raise ValueError(
+                f"{NAME}: table {table.name} infers its columns, but the Kafka metadata "
+                f"columns ({', '.join(wanted.values())}) must be declared; declare the "
+                "table's columns"
+            )
+        types = {c.name: c.type.kind for c in table.columns}
+        for name, column in wanted.items():
+            kind = types.get(column)
+            if kind is None:
+                raise ValueError(
+                    f"{NAME}: Kafka {name} goes to column {column}, which table "
+                    f"{table.name} lacks; declare {column} {METADATA_TYPES[name][0]}"
+                )
+            if kind not in METADATA_TYPES[name]:
+                raise ValueError(
+                    f"{NAME}: column {column} of table {table.name} is {kind}, but Kafka "
+                    f"{name} needs {' or '.join(METADATA_TYPES[name])}"
+                )
 
     @property
     def bounded(self) -> bool:
@@ -504,85 +584,187 @@ class KafkaInputTransport(SequenceSource):
 
         self._call(f"committing offsets to consumer group {group}", commit)
 
-    def read_range(self, partition: str, first: int, last: int) -> Iterator[bytes]:
+    def use_format(self, fmt: Format) -> bool:
+        """With metadata columns (``include_*``, ``metadata``): ``read`` decodes each
+        message with ``fmt`` (the table without the metadata columns) and adds the
+        message's key, topic, partition, offset, timestamp or headers to its rows."""
+        columns = self.config.metadata_columns
+        if not columns:
+            return False
+        taken = set(columns.values())
+        payload = self.table.model_copy(
+            update={"columns": tuple(c for c in self.table.columns if c.name not in taken)}
+        )
+        own = type(fmt)(fmt.config, payload)
+        own.evolution = fmt.evolution  # new fields met reach the engine's format
+        self._format = own
+        return True
+
+    def read_range(self, partition: str, first: int, last: int) -> Iterator[Any]:
         """The values of offsets ``first..last`` of ``partition``, each followed by a line
-        end; holes are skipped. A transient error resumes after the last message
-        delivered."""
+        end (or, with metadata columns, decoded blocks); holes are skipped. A transient
+        error resumes after the last message delivered."""
         number = self.partition_of(partition)
-        resume: dict[int, int] = {0: first}
-        total = 0
-
-        def open_at(n: int) -> Iterator[bytes]:
-            return self._read(number, resume[n], last)
-
+        at = _Position(first, first + 1)
         what = f"{self._where()} partition {number}: read offsets {first}..{last}"
-        for chunk, upto in _tracked(retry.retrying_stream(self.retry, what, open_at), self):
-            total += len(chunk)
-            resume[total] = upto
-            yield chunk
+        batches = retry.retrying_iter(self.retry, what, lambda: self._messages(number, at, last))
+        fmt = getattr(self, "_format", None)
+        for messages in batches:
+            if fmt is None:
+                chunk = _values(messages)
+                if chunk:
+                    yield chunk
+            else:
+                decoded = self._decoded(fmt, messages, at.record)
+                at.record += decoded.records
+                yield decoded
 
-    def _read(self, number: int, first: int, last: int) -> Iterator[bytes]:
-        """Messages ``first..last`` of partition ``number``: chunks of values. The offset
-        after each chunk is left in ``self._upto`` for :func:`_tracked`."""
+    def _messages(self, number: int, at: _Position, last: int) -> Iterator[list[Any]]:
+        """The messages of partition ``number`` from ``at.offset`` to ``last``, a list
+        per ``consume`` call; ``at.offset`` moves past each list before it is yielded."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-        self._upto = first
-        if first > last:
+        if at.offset > last:
             return
-        doing = f"reading partition {number} offsets {first}..{last}"
+        doing = f"reading partition {number} offsets {at.offset}..{last}"
         try:
             consumer = Consumer(self._client_config())
         except KafkaException as e:
             raise self._error(e, doing) from e
         try:
-            consumer.assign([TopicPartition(self.config.topic, number, first)])
+            consumer.assign([TopicPartition(self.config.topic, number, at.offset)])
             idle_since = time.monotonic()
             idle = self.config.inactivity_timeout_secs
             while True:
                 try:
-                    messages = consumer.consume(CONSUME_BATCH, timeout=0.5)
+                    got = consumer.consume(CONSUME_BATCH, timeout=0.5)
                 except KafkaException as e:
                     raise self._error(e, doing) from e
-                chunk, done = self._values(messages, last, doing)
-                if chunk:
-                    yield bytes(chunk)
-                if done:
+                taken, done = self._take(got, last, doing)
+                if taken:
+                    at.offset = taken[-1].offset() + 1
+                    yield taken
+                if done or at.offset > last:
                     return
-                if messages:
+                if got:
                     idle_since = time.monotonic()
                 elif time.monotonic() - idle_since > idle:
                     raise TimeoutError(
                         f"{self._where()}: {doing}: no message for {idle:g} s at offset "
-                        f"{self._upto}; the broker may be down (inactivity_timeout_secs)"
+                        f"{at.offset}; the broker may be down (inactivity_timeout_secs)"
                     )
         finally:
             consumer.close()
 
-    def _values(self, messages: list[Any], last: int, doing: str) -> tuple[bytearray, bool]:
-        """The values of ``messages`` up to offset ``last``, each ending a line, and
-        whether the range is read (its last offset, a later one, or the partition's
-        end was reached); moves ``self._upto`` past each message taken."""
+    def _take(self, got: list[Any], last: int, doing: str) -> tuple[list[Any], bool]:
+        """The messages of ``got`` up to offset ``last``, and whether the range is read
+        (its last offset, a later one, or the partition's end was reached)."""
         from confluent_kafka import KafkaError, KafkaException
 
-        chunk = bytearray()
-        for m in messages:
+        taken: list[Any] = []
+        for m in got:
             err = m.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
-                    return chunk, True  # the end: the offsets left are holes
+                    return taken, True  # the end: the offsets left are holes
                 raise self._error(KafkaException(err), doing)
-            offset = m.offset()
+            offset = int(m.offset())
             if offset > last:
-                return chunk, True
-            value = m.value()
-            if value:
-                chunk += value
-                if not value.endswith(b"\n"):
-                    chunk += b"\n"
-            self._upto = offset + 1
+                return taken, True
+            taken.append(m)
             if offset >= last:
-                return chunk, True
-        return chunk, False
+                return taken, True
+        return taken, False
+
+    def _decoded(self, fmt: Format, messages: list[Any], first_record: int) -> Decoded:
+        """``messages`` decoded with ``fmt``, each row with its message's metadata; a
+        message whose value, key or headers cannot be read is a bad record."""
+        import pyarrow as pa
+
+        from airflow_connectors.formats.base import Decoded
+
+        with_value = [m for m in messages if m.value()]  # a tombstone is no record
+        tables: list[pa.Table] = []
+        errors: list[RecordError] = []
+        owner: list[int] = []  # the message (index in with_value) of each row
+        numbers: list[int] = []  # the record number of each row
+        record = first_record
+        # Fast path: one block; one record per message lines the rows up with them.
+        blocks = list(
+            fmt.decode(iter([_values(with_value)]), final=True, first_record=record, at_start=False)
+        )
+        if sum(b.records for b in blocks) == len(with_value):
+            bad = {e.record - record for b in blocks for e in b.errors}
+            owner = [i for i in range(len(with_value)) if i not in bad]
+            numbers = [record + i for i in owner]
+            tables = [b.table for b in blocks]
+            errors = [e for b in blocks for e in b.errors]
+            record += len(with_value)
+        else:  # a message of several records (or none): one message at a time
+            for i, m in enumerate(with_value):
+                for b in fmt.decode(
+                    iter([_values([m])]), final=True, first_record=record, at_start=False
+                ):
+                    tables.append(b.table)
+                    errors += b.errors
+                    owner += [i] * b.table.num_rows
+                    gone = {e.record for e in b.errors}
+                    numbers += [n for n in range(record, record + b.records) if n not in gone]
+                    record += b.records
+        table = pa.concat_tables(tables) if tables else fmt.table.arrow_schema().empty_table()
+        if not table.num_rows == len(owner) == len(numbers):
+            raise ValueError(
+                f"{self._where()}: the format gave {table.num_rows} rows for "
+                f"{len(owner)} records; cannot tell which message each row came from"
+            )
+        table, unreadable = self._with_metadata(table, [with_value[i] for i in owner], numbers)
+        errors += unreadable
+        return Decoded(table, errors, record - first_record)
+
+    def _with_metadata(
+        self, table: pa.Table, messages: list[Any], numbers: list[int]
+    ) -> tuple[pa.Table, list[RecordError]]:
+        """``table`` with the metadata columns of its rows' ``messages``; rows whose key
+        or headers are not UTF-8 text (a VARCHAR column cannot hold them) are dropped
+        as bad records."""
+
+        import pyarrow as pa
+
+        from airflow_connectors.formats.base import RecordError, clip
+
+        columns = self.config.metadata_columns
+        good = [True] * len(messages)
+        errors: list[RecordError] = []
+
+        def text(i: int, raw: bytes | None, what: str) -> str | None:
+            if raw is None:
+                return None
+            try:
+                return raw.decode()
+            except UnicodeDecodeError:
+                if good[i]:
+                    good[i] = False
+                    m = messages[i]
+                    errors.append(
+                        RecordError(
+                            numbers[i],
+                            f"partition {m.partition()} offset {m.offset()}: the message's "
+                            f"{what} is not UTF-8 text, which column "
+                            f"{columns['key' if what == 'key' else 'headers']} (VARCHAR) "
+                            "cannot hold",
+                            clip(m.value() or b""),
+                        )
+                    )
+                return None
+
+        arrays = {column: _metadata_array(name, messages, text) for name, column in columns.items()}
+        for column, array in arrays.items():
+            if column in table.column_names:
+                table = table.drop_columns([column])
+            table = table.append_column(column, array)
+        if not all(good):
+            table = table.filter(pa.array(good))
+        return table, errors
 
     # --- the rest -----------------------------------------------------------------------
 
@@ -615,11 +797,55 @@ class _Permanent(OSError):
     transient = False
 
 
-def _tracked(
-    chunks: Iterator[bytes], transport: KafkaInputTransport
-) -> Iterator[tuple[bytes, int]]:
-    for chunk in chunks:
-        yield chunk, transport._upto
+def _metadata_array(
+    name: str, messages: Sequence[Any], text: Callable[[int, bytes | None, str], str | None]
+) -> pa.Array:
+    """The values of metadata field ``name`` of ``messages`` (``text`` decodes a key or
+    header value of message ``i``, noting a bad one)."""
+    import json
+
+    import pyarrow as pa
+
+    if name == "key":
+        return pa.array([text(i, m.key(), "key") for i, m in enumerate(messages)], pa.string())
+    if name == "topic":
+        return pa.array([m.topic() for m in messages], pa.string())
+    if name == "partition":
+        return pa.array([m.partition() for m in messages], pa.int32())
+    if name == "offset":
+        return pa.array([m.offset() for m in messages], pa.int64())
+    if name == "timestamp":
+        stamps = [m.timestamp() for m in messages]
+        return pa.array(
+            [ms if kind != 0 and ms >= 0 else None for kind, ms in stamps], pa.timestamp("ms")
+        )
+    rows: list[str | None] = []
+    for i, m in enumerate(messages):
+        hs = m.headers()
+        pairs = [{"key": k, "value": text(i, v, "headers")} for k, v in hs or ()]
+        rows.append(json.dumps(pairs, ensure_ascii=False) if pairs else None)
+    return pa.array(rows, pa.string())
+
+
+@dataclass
+class _Position:
+    """Where a range read is: the next offset to read and the next record's number."""
+
+    offset: int
+    record: int
+
+
+def _values(messages: Sequence[Any]) -> bytes:
+    """The values of ``messages``, each followed by a line end unless it ends with one;
+    a message without a value (a tombstone) adds nothing."""
+    parts: list[bytes] = []
+    for m in messages:
+        value = m.value()
+        if value:
+            parts.append(value)
+            if not value.endswith(b"\n"):
+                parts.append(b"\n")
+    return b"".join(parts)
 
 
 def _transient_codes() -> frozenset[int]:

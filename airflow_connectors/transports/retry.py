@@ -39,6 +39,7 @@ __all__ = [
     "current_stats",
     "is_transient",
     "retrying",
+    "retrying_iter",
     "retrying_stream",
 ]
 
@@ -398,6 +399,35 @@ def retrying(
             return fn()
         except Exception as e:
             backoff.wait_or_raise(e)
+
+
+def retrying_iter(
+    policy: RetryPolicy,
+    what: str,
+    open_next: Callable[[], Iterator[T]],
+    *,
+    on_retry: OnRetry | None = None,
+    stats: RetryStats | None = None,
+) -> Iterator[T]:
+    """The items of ``open_next()``; after a transient error while opening or mid-way,
+    ``open_next()`` is called again and must continue right after the last item it
+    delivered (it keeps its position itself: a message offset, a page token). The time
+    budget starts afresh once an item arrives after a failure."""
+    backoff = _Backoff(policy, what, on_retry, stats)
+    while True:
+        stream: Iterator[T] | None = None
+        try:
+            stream = open_next()
+            for item in stream:
+                if backoff.attempt:
+                    backoff.restart()
+                yield item
+            return
+        except Exception as e:
+            _close(stream)
+            backoff.wait_or_raise(e)
+        finally:
+            _close(stream)
 
 
 def retrying_stream(
