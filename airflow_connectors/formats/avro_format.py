@@ -25,7 +25,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from airflow_connectors.formats.base import (
     Decoded,
@@ -73,6 +73,20 @@ class AvroConfig(StrictConfig):
         description="With schema: the records have no Confluent header (magic byte 0 and "
         "a 4-byte schema id) before them.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_registry(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            asked = sorted(k for k in data if str(k).startswith("registry_"))
+            if asked:
+                raise ValueError(
+                    f"{', '.join(asked)}: a schema registry is not supported in this "
+                    "release; give the writer schema as JSON text in schema (records in "
+                    "Confluent's wire format are read: the magic byte and schema id are "
+                    "skipped)"
+                )
+        return data
 
 
 class AvroError(ValueError):

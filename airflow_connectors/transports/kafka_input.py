@@ -585,12 +585,14 @@ class KafkaInputTransport(SequenceSource):
         self._call(f"committing offsets to consumer group {group}", commit)
 
     def use_format(self, fmt: Format) -> bool:
-        """With metadata columns (``include_*``, ``metadata``): ``read`` decodes each
-        message with ``fmt`` (the table without the metadata columns) and adds the
-        message's key, topic, partition, offset, timestamp or headers to its rows."""
+        """With metadata columns (``include_*``, ``metadata``), or a format whose
+        records are not lines (Avro, a raw blob, a JSON array: one message is one
+        object), ``read`` decodes the messages with ``fmt`` (the table without the
+        metadata columns) and adds each message's key, topic, partition, offset,
+        timestamp or headers to its rows."""
         columns = self.config.metadata_columns
-        if not columns:
-            return False
+        if not columns and fmt.line_oriented:
+            return False  # the values, a line each, are decoded by the engine
         taken = set(columns.values())
         payload = self.table.model_copy(
             update={"columns": tuple(c for c in self.table.columns if c.name not in taken)}
@@ -689,11 +691,17 @@ class KafkaInputTransport(SequenceSource):
         owner: list[int] = []  # the message (index in with_value) of each row
         numbers: list[int] = []  # the record number of each row
         record = first_record
-        # Fast path: one block; one record per message lines the rows up with them.
-        blocks = list(
-            fmt.decode(iter([_values(with_value)]), final=True, first_record=record, at_start=False)
+        # Fast path (line formats): one block; one record per message lines the rows up.
+        blocks = (
+            list(
+                fmt.decode(
+                    iter([_values(with_value)]), final=True, first_record=record, at_start=False
+                )
+            )
+            if fmt.line_oriented
+            else []
         )
-        if sum(b.records for b in blocks) == len(with_value):
+        if fmt.line_oriented and sum(b.records for b in blocks) == len(with_value):
             bad = {e.record - record for b in blocks for e in b.errors}
             owner = [i for i in range(len(with_value)) if i not in bad]
             numbers = [record + i for i in owner]
@@ -702,9 +710,8 @@ class KafkaInputTransport(SequenceSource):
             record += len(with_value)
         else:  # a message of several records (or none): one message at a time
             for i, m in enumerate(with_value):
-                for b in fmt.decode(
-                    iter([_values([m])]), final=True, first_record=record, at_start=False
-                ):
+                at = f"partition {m.partition()} offset {m.offset()}"
+                for b in _decode_one(fmt, m.value(), record, at):
                     tables.append(b.table)
                     errors += b.errors
                     owner += [i] * b.table.num_rows
@@ -795,6 +802,39 @@ class _Permanent(OSError):
     """A Kafka error retrying cannot help."""
 
     transient = False
+
+
+def _decode_one(fmt: Format, value: bytes, record: int, where: str) -> Iterator[Decoded]:
+    """One message's value decoded with ``fmt``, its records numbered from ``record``: a
+    line of a line format, or a whole object (Avro records, a raw blob, a JSON array)."""
+    import dataclasses
+
+    if fmt.line_oriented:
+        yield from fmt.decode(
+            iter([_values_of(value)]), final=True, first_record=record, at_start=False
+        )
+        return
+    from airflow_connectors.formats.base import Decoded, NewFields, RecordError, clip
+
+    # The message is a whole object: decoded from its start, renumbered after. An object
+    # that cannot be read at all is this message's dead letter, not the batch's failure.
+    try:
+        blocks = list(fmt.decode(iter([value]), final=True, first_record=1, at_start=True))
+    except NewFields:
+        raise
+    except Exception as e:
+        text = str(e).splitlines()[0] if str(e) else type(e).__name__
+        empty = fmt.table.arrow_schema().empty_table()
+        yield Decoded(empty, [RecordError(record, f"{where}: {text}", clip(value))], records=1)
+        return
+    for b in blocks:
+        b.errors = [dataclasses.replace(e, record=record + e.record - 1) for e in b.errors]
+        yield b
+        record += b.records
+
+
+def _values_of(value: bytes) -> bytes:
+    return value if value.endswith(b"\n") else value + b"\n"
 
 
 def _metadata_array(
