@@ -20,7 +20,7 @@ credential, request headers such as ``X-API-Key`` included).
 names, as the REST API's config validation runs it: the connection exists, and the
 service answers with its credentials (S3: the bucket on the configured endpoint;
 PostgreSQL: ``SELECT 1``; HTTP: a request to the base URL; Azure Blob Storage: a listing
-of the container). Each problem is one line
+of the container; Kafka: the topic's metadata from the brokers). Each problem is one line
 naming the field and the connection, never a secret.
 """
 
@@ -38,7 +38,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
-from airflow_connectors.connections import aws, azure, http, postgres
+from airflow_connectors.connections import aws, azure, http, kafka, postgres
 from airflow_connectors.connections.base import (
     AirflowConnection,
     ConnectionProblem,
@@ -336,6 +336,37 @@ def _check_wasb(conn: AirflowConnection, config: Mapping[str, Any], timeout: flo
     return None
 
 
+def _check_kafka(conn: AirflowConnection, config: Mapping[str, Any], timeout: float) -> str | None:
+    """The topic the config names (else the cluster's metadata) with the connection's
+    librdkafka settings, the config's own winning (as ``kafka_input`` merges them)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    settings: dict[str, str | int | float | bool] = dict(kafka.settings_of(conn))
+    settings.update({str(k): str(v) for k, v in config.items() if "." in str(k)})
+    servers = settings.get("bootstrap.servers")
+    if not servers:
+        return (
+            "the connection's extra names no bootstrap.servers; add it (a JSON object of "
+            'librdkafka settings, such as {"bootstrap.servers": "broker:9092"})'
+        )
+    settings.pop("group.id", None)
+    settings["socket.connection.setup.timeout.ms"] = str(int(timeout * 1000))
+    topic = config.get("topic") if isinstance(config.get("topic"), str) else None
+    try:
+        admin = AdminClient(settings)
+        meta = admin.list_topics(topic=topic, timeout=timeout)
+    except KafkaException as e:
+        err = e.args[0] if e.args else e
+        text = err.str() if hasattr(err, "str") else str(err)
+        return f"cannot reach the brokers {servers} ({text}); check bootstrap.servers and the credentials"
+    if topic is not None:
+        found = meta.topics.get(topic)
+        if found is None or found.error is not None:
+            return f"topic {topic!r} does not exist on {servers}; create it or fix topic"
+    return None
+
+
 #: What ``airflow connections test`` runs per kind of connection (a kind without one:
 #: the connection exists, nothing more).
 _CHECKS: dict[str, Callable[[AirflowConnection, Mapping[str, Any], float], str | None]] = {
@@ -343,4 +374,5 @@ _CHECKS: dict[str, Callable[[AirflowConnection, Mapping[str, Any], float], str |
     postgres.KIND: _check_postgres,
     http.KIND: _check_http,
     azure.KIND: _check_wasb,
+    kafka.KIND: _check_kafka,
 }

@@ -6,7 +6,7 @@ Airflow or confluent-kafka."""
 
 from __future__ import annotations
 
-from airflow_connectors.connections.base import ConnectionProblem, lookup
+from airflow_connectors.connections.base import AirflowConnection, ConnectionProblem, lookup
 
 #: The connection type as the Airflow UI names it.
 KIND = "Apache Kafka"
@@ -24,10 +24,7 @@ def kafka_settings(conn_id: str, who: str = "kafka_input") -> dict[str, str]:
         kind=KIND,
         instead="give bootstrap.servers (and the other librdkafka settings) in the config",
     )
-    settings = {str(k): _text(v) for k, v in conn.extra.items()}
-    if not settings.get("bootstrap.servers") and conn.host:
-        port = f":{conn.port}" if conn.port else ""
-        settings["bootstrap.servers"] = f"{conn.host}{port}"
+    settings = settings_of(conn)
     if not settings.get("bootstrap.servers"):
         raise ConnectionProblem(
             f"{who}: kafka_config_id {conn_id!r}: the connection's extra names no "
@@ -38,10 +35,20 @@ def kafka_settings(conn_id: str, who: str = "kafka_input") -> dict[str, str]:
     return settings
 
 
+def settings_of(conn: AirflowConnection) -> dict[str, str]:
+    """A Kafka connection's librdkafka settings: its extra, every value as text, and
+    ``bootstrap.servers`` from its host and port when the extra has none."""
+    settings = {str(k): _text(v) for k, v in conn.extra.items()}
+    if not settings.get("bootstrap.servers") and conn.host:
+        port = f":{conn.port}" if conn.port else ""
+        settings["bootstrap.servers"] = f"{conn.host}{port}"
+    return settings
+
+
 def _text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
-__all__ = ["KIND", "kafka_settings"]
+__all__ = ["KIND", "kafka_settings", "settings_of"]

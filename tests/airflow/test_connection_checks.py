@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
@@ -194,6 +195,36 @@ def test_http_connection_answers_with_its_headers_and_auth(guarded: str, conns: 
     for line in (refused, down):
         no_secret(line)
         assert "k-SECRET-wrong-0002" not in line
+
+
+def test_kafka_connection_reaches_the_topic(kafka_broker: Any, conns: Any) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    topic = f"chk_{uuid.uuid4().hex[:8]}"
+    admin = kafka_broker.admin()  # kept: a collected client cancels its futures
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+    servers = kafka_broker.bootstrap_servers
+    conns(
+        chk_kafka={"conn_type": "kafka", "extra": {"bootstrap.servers": servers}},
+        chk_kafka_down={
+            "conn_type": "kafka",
+            "extra": {"bootstrap.servers": f"127.0.0.1:{free_port()}"},
+        },
+        chk_kafka_none={"conn_type": "kafka", "extra": {"client.id": "x"}},
+    )
+    assert check_connections({"topic": topic, "kafka_config_id": "chk_kafka"}) == {}
+    missing = check_connections({"topic": "no_such_topic", "kafka_config_id": "chk_kafka"})
+    assert missing == {
+        "kafka_config_id": f"kafka_config_id 'chk_kafka': topic 'no_such_topic' does not exist "
+        f"on {servers}; create it or fix topic"
+    }
+    [down] = check_connections(
+        {"topic": topic, "kafka_config_id": "chk_kafka_down"}, timeout=3
+    ).values()
+    assert down.startswith("kafka_config_id 'chk_kafka_down': cannot reach the brokers 127.0.0.1:")
+    assert "\n" not in down
+    [none] = check_connections({"topic": topic, "kafka_config_id": "chk_kafka_none"}).values()
+    assert "names no bootstrap.servers" in none
 
 
 def test_unknown_connection_says_how_to_create_it(monkeypatch: pytest.MonkeyPatch) -> None:
