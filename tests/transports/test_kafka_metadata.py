@@ -230,3 +230,33 @@ def test_bad_metadata_and_registry_settings_are_one_line_each() -> None:
     assert "registry_urls: a schema registry is not supported" in registry
     for line in (missing, wrong, unknown, servers, registry):
         assert "hunter2" not in line and "\n" not in line
+
+
+def test_new_data_fires_when_a_high_watermark_passes_the_committed_offset(
+    kafka_broker: Any, topic: str, tmp_path: Path
+) -> None:
+    """The fingerprint the ``on: new_data`` trigger polls: None while every partition is
+    committed up to its end; a digest once a message is produced to any partition."""
+    from airflow_connectors.engine.discovery import new_data_fingerprint
+
+    servers = kafka_broker.bootstrap_servers
+    produce(servers, topic, [{"value": b'{"id": 1}', "partition": 0}])
+    c = connector(
+        servers,
+        topic,
+        tmp_path / "c",
+        {"id": "BIGINT"},
+        {"name": "json", "config": {"update_format": "raw"}},
+        follow=True,
+    )
+    try:
+        assert new_data_fingerprint(c.store, c.ctx) is not None  # nothing committed yet
+        c.run(c.discover().batch_ids)
+        assert new_data_fingerprint(c.store, c.ctx) is None
+        produce(servers, topic, [{"value": b'{"id": 2}', "partition": 1}])
+        assert new_data_fingerprint(c.store, c.ctx) is not None
+        c.run(c.discover().batch_ids)
+        assert new_data_fingerprint(c.store, c.ctx) is None
+        assert sorted(c.table().column("id").to_pylist()) == [1, 2]
+    finally:
+        c.close()
