@@ -61,23 +61,30 @@ class _UserReader(DataSourceReader):
 
     def read(self, partition: _ItemPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         from airflow_connectors.engine.reader import RecordRejected
-        from airflow_connectors.formats.base import conform
+        from airflow_connectors.formats.base import Decoded, conform
 
         item = WorkItem.from_json(partition.item)
         fmt = self.ctx.format()
-        chunks = self.ctx.transport().read(item)
+        schema = self.ctx.table.arrow_schema()
+        transport = self.ctx.transport()
+        decodes = fmt is not None and transport.use_format(fmt)
+        chunks = transport.read(item)
         if fmt is None:
-            schema = self.ctx.table.arrow_schema()
             for rb in chunks:
                 yield from conform(pa.Table.from_batches([rb]), self.ctx.table, schema).to_batches()
             return
-        for decoded in fmt.decode(
-            chunks, final=item.final, first_record=1, at_start=item.start == 0
-        ):
+        blocks = (
+            (c for c in chunks if isinstance(c, Decoded))
+            if decodes
+            else fmt.decode(chunks, final=item.final, first_record=1, at_start=item.start == 0)
+        )
+        for decoded in blocks:
             if decoded.errors and self.ctx.connector.errors.tolerance == "none":
                 e = decoded.errors[0]
                 raise RecordRejected(f"record {e.record} of {item.key}: {e.error}")
-            yield from decoded.table.to_batches()
+            # A transport's own blocks carry its columns after the format's: in order.
+            table = conform(decoded.table, self.ctx.table, schema) if decodes else decoded.table
+            yield from table.to_batches()
 
 
 class TransportDataSource(DataSource):

@@ -260,3 +260,29 @@ def test_new_data_fires_when_a_high_watermark_passes_the_committed_offset(
         assert sorted(c.table().column("id").to_pylist()) == [1, 2]
     finally:
         c.close()
+
+
+def test_spark_reads_a_topic_with_its_metadata(kafka_broker: Any, topic: str, spark: Any) -> None:
+    """``spark.read.format("kafka_input")``: the rows and their partition and offset,
+    in the schema's column order."""
+    servers = kafka_broker.bootstrap_servers
+    produce(
+        servers,
+        topic,
+        [{"value": json.dumps({"id": i}).encode(), "partition": i % 2} for i in range(20)],
+    )
+    df = (
+        spark.read.format("kafka_input")
+        .schema("offset BIGINT, id BIGINT, partition INT")
+        .option("topic", topic)
+        .option("bootstrap.servers", servers)
+        .option("follow", "false")
+        .option("include_offset", "true")
+        .option("include_partition", "true")
+        .option("format", "json")
+        .option("format.update_format", "raw")
+        .load()
+    )
+    rows = sorted((r.id, r.partition, r.offset) for r in df.collect())
+    assert rows == [(i, i % 2, i // 2) for i in range(20)]
+    assert df.columns == ["offset", "id", "partition"]
