@@ -129,6 +129,26 @@ def validate(
         }
         for i, d in enumerate(defs)
     ]
+    if config.model_config.get("extra") == "allow":  # kafka_input's librdkafka settings
+        for field in sorted(set(values) - known - set(errors)):
+            configs.append(
+                {
+                    "definition": {
+                        "name": field,
+                        "type": "STRING",
+                        "required": False,
+                        "group": plugin,
+                        "documentation": "passed to the client library as given",
+                    },
+                    "value": {
+                        "name": field,
+                        "value": shown.get(field),
+                        "errors": [],
+                        "recommended_values": [],
+                        "visible": True,
+                    },
+                }
+            )
     for field in sorted(set(errors) - known):  # unknown keys (extra="forbid")
         configs.append(
             {
