@@ -114,6 +114,10 @@ class Connectors(Database):
                 values["finished_at"] = now
             conn.execute(sa.update(s.connectors).where(ref.where(s.connectors)).values(**values))
 
+    def set_lag(self, ref: ConnectorRef, lag: int) -> None:
+        """Record the source's lag as a discovery measured it (``ConnectorState.lag``)."""
+        self._update_connector(ref, lag=lag)
+
     def clear_failure(self, ref: ConnectorRef) -> None:
         """A failure not tied to a planned batch is over (a later discovery succeeded):
         the connector is no longer FAILED; its errors stay in the error lists."""
@@ -225,6 +229,7 @@ class Connectors(Database):
             state=ConnectorStatus(row.state),
             stopped=bool(row.stopped),
             finished_at=row.finished_at,
+            lag=row.lag,
             # Records of planned batches; where a transport cannot count ahead (files),
             # each planned work item counts as one record so `buffered_records == 0`
             # still means nothing is in flight.

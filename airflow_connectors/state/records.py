@@ -121,6 +121,10 @@ class ConnectorState:
     state: ConnectorStatus = ConnectorStatus.UNASSIGNED
     stopped: bool = False
     finished_at: float | None = None
+    #: The source's lag as the latest discovery measured it: messages it holds that are
+    #: not committed (a sequence source's ``SourceReport.lag``); None where the
+    #: transport cannot tell, or before the first discovery that measured it.
+    lag: int | None = None
     buffered_records: int = 0
     buffered_batches: int = 0
     parse_errors: list[dict[str, Any]] = field(default_factory=list)

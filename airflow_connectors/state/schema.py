@@ -72,10 +72,14 @@ def _connector_columns(*, version: int) -> list[sa.Column[Any]]:
         cols.append(sa.Column("late_after", sa.Float, nullable=True))
         cols.append(sa.Column("since_relist", sa.Integer, nullable=False, default=0))
         cols.append(sa.Column("collapsed_to", sa.String(2048), nullable=True))
+    if version >= 10:
+        # The source's lag as the latest discovery (or finalize step) measured it:
+        # messages it holds that are not committed; NULL where the transport cannot tell.
+        cols.append(sa.Column("lag", sa.BigInteger, nullable=True))
     return cols
 
 
-connectors = sa.Table("ac_connectors", metadata, *_connector_columns(version=6))
+connectors = sa.Table("ac_connectors", metadata, *_connector_columns(version=10))
 
 #: Version 4 only: the connectors of every rendered spec (written when Airflow
 #: parsed a DAG file). Nothing reads it any more (the REST API lists connectors from
@@ -254,7 +258,23 @@ def _v9(conn: Connection) -> None:
     ranges.create(conn)
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
+def _v10(conn: Connection) -> None:
+    # A sequence source's lag (transports/sequence.py), shown with the connector's stats.
+    conn.execute(sa.text("ALTER TABLE ac_connectors ADD COLUMN lag BIGINT"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [
+    _v1,
+    _v2,
+    _v3,
+    _v4,
+    _v5,
+    _v6,
+    _v7,
+    _v8,
+    _v9,
+    _v10,
+]
 LATEST = len(MIGRATIONS)
 
 

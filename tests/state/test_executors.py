@@ -69,7 +69,7 @@ def test_v6_store_migrates_and_keeps_its_batches(store_url: str) -> None:
     store = StateStore(store_url)  # opening migrates to 7
     try:
         with store.tx() as conn:
-            assert schema._current_version(conn) == schema.LATEST == 9
+            assert schema._current_version(conn) == schema.LATEST == 10
         old = store.load_batch(1)
         assert (old.status, old.records, old.executors) == (BatchStatus.COMMITTED, 5, None)
         [b] = store.plan_batches(REF, [plan("new")])

@@ -193,7 +193,7 @@ def test_migration_from_v8_adds_the_ranges_table(store_url: str) -> None:
         assert schema.migrate(engine) == 8
         with engine.connect() as conn:
             assert sa.inspect(conn).has_table("ac_offset_ranges")
-            assert schema._current_version(conn) == schema.LATEST == 9
+            assert schema._current_version(conn) == schema.LATEST == 10
     finally:
         engine.dispose()
     store = StateStore(store_url)  # a store of the old version works on

@@ -153,17 +153,43 @@ def test_schema_migrates_forward_from_v1(store_url: str) -> None:
     engine.dispose()
     store = StateStore(store_url)  # opening migrates
     with store.tx() as conn:
-        assert schema._current_version(conn) == schema.LATEST == 9
+        assert schema._current_version(conn) == schema.LATEST == 10
         columns = {c["name"] for c in sa.inspect(conn).get_columns("ac_connectors")}
         assert {
             "new_data_signal",
             "finished_signalled_for",
             "finished_signal_run",
             "stopped",
+            "lag",
         } <= columns
         assert not sa.inspect(conn).has_table("ac_specs")  # made by v4, dropped by v5
     assert store.unpublished_batches(REF) == []  # v1's committed batch counts as published
     assert StateStore(store_url).load_batch(1).published
+    store.close()
+
+
+def test_lag_is_kept_with_the_status_and_survives_the_v10_migration(store_url: str) -> None:
+    engine = sa.create_engine(store_url)
+    schema.migrate(engine, target=9)
+    with engine.begin() as conn:  # a connector row written before the column existed
+        conn.execute(
+            sa.text(
+                "INSERT INTO ac_connectors (pipeline, table_name, connector, end_of_input, "
+                "total_records, total_bytes, num_parse_errors, num_transport_errors, state, "
+                "stopped, since_relist, updated_at) "
+                "VALUES ('p', 't', 'c', FALSE, 7, 70, 0, 0, 'RUNNING', FALSE, 0, 0)"
+            )
+        )
+    engine.dispose()
+    store = StateStore(store_url)  # opening migrates to v10
+    st = store.status(REF)
+    assert st is not None and st.total_records == 7 and st.lag is None  # never measured
+    store.set_lag(REF, 123)
+    st = store.status(REF)
+    assert st is not None and st.lag == 123
+    store.set_lag(REF, 0)
+    st = store.status(REF)
+    assert st is not None and st.lag == 0 and st.total_records == 7
     store.close()
 
 

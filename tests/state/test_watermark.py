@@ -233,7 +233,7 @@ def test_a_v5_store_migrates_and_its_offsets_get_a_watermark(store_url: str) -> 
     engine.dispose()
     store = StateStore(store_url)  # opening migrates
     with store.tx() as conn:
-        assert schema._current_version(conn) == schema.LATEST == 9
+        assert schema._current_version(conn) == schema.LATEST == 10
     cur = store.cursor(REF)
     assert (cur.watermark, cur.late_after, cur.since_relist) == (None, None, 0)
     assert cur.in_flight == {"b"} and cur.get("a") is not None
