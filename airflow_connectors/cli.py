@@ -518,6 +518,7 @@ def _print_pipeline(args: argparse.Namespace, state: str, connectors: list[Any])
         print(
             f"  {c['endpoint_name']}: {c['state']}, {m['total_records']} records, "
             f"end_of_input={m['end_of_input']}, buffered_records={m['buffered_records']}"
+            + (f", lag={m['lag']}" if m.get("lag") is not None else "")
             + (f", error: {c['fatal_error']}" if c["fatal_error"] else "")
         )
     if not connectors:

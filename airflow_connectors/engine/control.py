@@ -174,6 +174,9 @@ def feldera_status(
             "num_transport_errors": st.num_transport_errors,
             "num_parse_errors": st.num_parse_errors,
             "end_of_input": st.end_of_input,
+            # Not Feldera's: the source's lag (messages not committed) as the latest
+            # discovery measured it; None where the transport cannot tell.
+            "lag": st.lag,
         },
         "paused": view.paused,
         "state": view.state.value,

@@ -569,6 +569,7 @@ def _metrics(st: Any) -> dict[str, Any]:
         "num_parse_errors": st.num_parse_errors,
         "num_transport_errors": st.num_transport_errors,
         "end_of_input": st.end_of_input,
+        "lag": st.lag,
     }
 
 

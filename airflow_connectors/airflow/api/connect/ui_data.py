@@ -318,6 +318,7 @@ def row_json(
             "num_parse_errors": st.num_parse_errors,
             "num_transport_errors": st.num_transport_errors,
             "end_of_input": st.end_of_input,
+            "lag": st.lag,
         },
         "latest_error": mask_text(trace or _latest_error(st)),
         "waits_for": [
