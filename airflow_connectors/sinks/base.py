@@ -151,3 +151,21 @@ class Sink(ABC):
 
         dataset = parquet_dataset(self.location(kind))
         return None if dataset is None else dataset.to_table()
+
+    def column_max(self, column: str) -> object | None:
+        """The greatest non-null value of ``column`` in the table's rows now (a stream's
+        hand-over point after a backfill, ``transports/handover.py``); None when the
+        table holds no such value. Default: through :meth:`read`; raises ValueError in
+        one line when the table lacks the column."""
+        import pyarrow.compute as pc
+
+        rows = self.read()
+        if rows is None or rows.num_rows == 0:
+            return None
+        if column not in rows.column_names:
+            raise ValueError(
+                f"table {self.table.name} ({self.location()}) has no column {column!r}; "
+                "name one of its columns in handover.column"
+            )
+        greatest: object | None = pc.max(rows.column(column)).as_py()
+        return greatest

@@ -660,6 +660,30 @@ class PostgresSink(Sink):
             raise OSError(str(e)) from e
         return _as_declared(data, self.schema(kind))
 
+    def column_max(self, column: str) -> object | None:
+        """``SELECT max(column)`` of the target table (None: no table, or no value)."""
+        try:
+            with self.transaction(f"read {self.location()}") as cur:
+                schema = self.resolve_schema(cur)
+                name = self.target()[1]
+                if not self._exists(cur, schema, name):
+                    return None
+                row = None
+                if column in self._columns(cur, schema, name):
+                    cur.execute(
+                        f"SELECT max({quoted(column)}) FROM {quoted(schema)}.{quoted(name)}"
+                    )
+                    row = cur.fetchone()
+        except SinkUnwritable as e:
+            raise OSError(str(e)) from e
+        if row is None:
+            raise ValueError(
+                f"table {self.location()} has no column {column!r}; name one of its "
+                "columns in handover.column"
+            )
+        greatest: object | None = row[0]
+        return greatest
+
 
 def _is_text(t: pa.DataType) -> bool:
     import pyarrow as pa
