@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from itertools import islice
 
 from airflow_connectors import failpoints
-from airflow_connectors.engine import schema
+from airflow_connectors.engine import handover, schema
 from airflow_connectors.engine.batch import publish_committed
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.engine.failures import one_line
@@ -152,6 +152,7 @@ def _plan(store: StateStore, ctx: BatchContext, own_slice_only: bool) -> Discove
     typed = _with_schema(store, ctx)
     transport = ctx.transport()
     cursor = _sliced(store.cursor(ref)) if own_slice_only else store.cursor(ref)
+    handover.prime(transport, ctx, cursor, store.url)
     new_items: list[WorkItem] = []
     waiting: list[tuple[str, float]] = []
     if len(ids) < tasks_max and typed:

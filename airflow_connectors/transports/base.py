@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 # Re-exported: formats and sinks still import the base config from here.
 from airflow_connectors.spec.config import StrictConfig
+from airflow_connectors.transports.handover import Handover
 from airflow_connectors.transports.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -199,6 +200,10 @@ class SourceContext:
     #: How transient errors of one call are retried (the connector's ``errors.retry.*``).
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     report: SourceReport = field(default_factory=SourceReport)
+    #: What a stream starts after (``transports/handover.py``): set by the engine's
+    #: planning discovery for a transport whose :meth:`Transport.handover_column` names
+    #: a column; None elsewhere (listings without planning start from the config).
+    handover: Handover | None = None
 
     @property
     def who(self) -> str:
@@ -312,6 +317,11 @@ class Transport(ABC):
     def exhausted(self, cursor: Cursor) -> bool | None:
         """Whether all input is committed; ``None`` lets the framework decide
         (bounded and discovery found nothing new)."""
+        return None
+
+    def handover_column(self) -> str | None:
+        """The column whose greatest value in the table this connector starts after (a
+        stream after a backfill: ``transports/handover.py``); None (the default): none."""
         return None
 
     def describe(self) -> str:
