@@ -40,6 +40,7 @@ plans the ranges up to each partition's end, keeps the committed position per pa
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -54,6 +55,8 @@ from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.datasets import LineageDataset
 from airflow_connectors.spec.redact import is_secret_name, mask_text
 from airflow_connectors.transports import retry
+from airflow_connectors.transports.base import Cursor, Limits, WorkItem
+from airflow_connectors.transports.handover import first_after
 from airflow_connectors.transports.sequence import Partition, SequenceSource
 
 if TYPE_CHECKING:
@@ -119,6 +122,17 @@ class StartTimestamp(StrictConfig):
     )
 
 
+class HandoverConfig(StrictConfig):
+    """``handover: {column: c}``: start after the greatest ``c`` the table holds
+    (``transports/handover.py``)."""
+
+    column: str = Field(
+        min_length=1,
+        description="A top-level field of each message's JSON value and a column of the "
+        "table, growing in the order rows are written and messages produced.",
+    )
+
+
 class KafkaInputConfig(StrictConfig):
     """Feldera's ``kafka_input`` config: the topic, librdkafka settings with dotted keys
     (``bootstrap.servers`` required, unless ``kafka_config_id`` names an Airflow Kafka
@@ -175,6 +189,14 @@ class KafkaInputConfig(StrictConfig):
     poller_threads: int | None = Field(
         default=None, description="Accepted for Feldera configs; unused (one consumer per range)."
     )
+    handover: HandoverConfig | None = Field(
+        default=None,
+        description="Start after a backfill of the same table: {column: c}, a field of "
+        "each message's JSON value. At the first discovery each partition starts at its "
+        "first message whose c is greater than the table's greatest c (an empty table: "
+        "start_from decides). c must grow in the order rows became visible to the "
+        "backfill and in each partition's message order.",
+    )
     resume_earliest_if_data_expires: bool = Field(
         default=False,
         description="Feldera's name for on_missing: skip (true skips deleted messages).",
@@ -229,17 +251,13 @@ class KafkaInputConfig(StrictConfig):
                 )
             data = {k: v for k, v in data.items() if k != "topics"}
             data["topic"] = topics[0]
+        if isinstance(data, Mapping):
+            _unknown_keys(cls, data)
         return data
 
     @model_validator(mode="after")
     def _options(self) -> KafkaInputConfig:
         for key, value in (self.model_extra or {}).items():
-            if "." not in key and key not in _UNDOTTED:
-                raise ValueError(
-                    f"unknown field {key!r}: kafka_input takes its own fields and "
-                    "librdkafka settings, whose names have a dot (bootstrap.servers, "
-                    "security.protocol...)"
-                )
             if key == "group.id" and not str(value).strip():
                 raise ValueError("group.id is empty; remove it or name the consumer group")
             if not isinstance(value, str | int | float | bool):
@@ -285,6 +303,31 @@ class KafkaInputConfig(StrictConfig):
         return self.on_missing == "skip" or self.resume_earliest_if_data_expires
 
 
+def _unknown_keys(config: type[KafkaInputConfig], data: Mapping[str, Any]) -> None:
+    """A key that is neither a field nor a librdkafka setting (a dotted name) fails at
+    its own path, as an unknown key of a strict config does."""
+    from pydantic import ValidationError
+    from pydantic_core import InitErrorDetails, PydanticCustomError
+
+    known = set(config.model_fields) | {f.alias for f in config.model_fields.values() if f.alias}
+    bad = [
+        InitErrorDetails(
+            type=PydanticCustomError(
+                "extra_forbidden",
+                "unknown field '{key}': kafka_input takes its own fields and librdkafka "
+                "settings, whose names have a dot (bootstrap.servers, security.protocol...)",
+                {"key": key},
+            ),
+            loc=(key,),
+            input=value,
+        )
+        for key, value in data.items()
+        if isinstance(key, str) and "." not in key and key not in _UNDOTTED and key not in known
+    ]
+    if bad:
+        raise ValidationError.from_exception_data(config.__name__, bad)
+
+
 def _text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -305,6 +348,8 @@ class KafkaInputTransport(SequenceSource):
         self._check_metadata(config, table)
         self._settings: dict[str, str] | None = None
         self._starts: dict[str, int] | None = None
+        #: Where the last discovery's hand-over started each partition.
+        self._handover_starts: dict[str, int] = {}
 
     @staticmethod
     def _check_metadata(config: KafkaInputConfig, table: TableSpec) -> None:
@@ -508,6 +553,97 @@ class KafkaInputTransport(SequenceSource):
     def _resolve_starts(
         self, consumer: Any, ids: Sequence[int], parts: Sequence[Partition]
     ) -> dict[str, int]:
+        """Where each partition nothing of which is committed starts: after the
+        hand-over value when the engine gave one, else by ``start_from``."""
+        handover = self.context.handover
+        if self.config.handover is None or handover is None or handover.value is None:
+            return self._start_from(consumer, ids, parts)
+        starts = {}
+        for number, p in zip(ids, parts, strict=True):
+            probe = self._probe(consumer, number, handover.column)
+            starts[p.key] = first_after(probe, p.first, p.last + 1, handover.value)
+            self._check_growing(probe, number, starts[p.key], p.last + 1, handover.value)
+        self._handover_starts = dict(starts)
+        log.info(
+            "%s: hand-over after %s = %r: starts at offsets %s",
+            self._where(),
+            handover.column,
+            handover.value,
+            ", ".join(f"partition {k.rpartition('/')[2]}: {v}" for k, v in starts.items()),
+        )
+        return starts
+
+    def _probe(self, consumer: Any, number: int, column: str) -> Callable[[int], Any]:
+        """The first message of partition ``number`` at or after an offset, as
+        ``(offset, its value's column)``; None at the partition's end."""
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        def probe(offset: int) -> tuple[int, Any] | None:
+            consumer.assign([TopicPartition(self.config.topic, number, offset)])
+            deadline = time.monotonic() + self.config.inactivity_timeout_secs
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return None
+                    raise KafkaException(err)
+                if msg.value() is None:
+                    continue  # a tombstone: no record
+                return msg.offset(), self._column_of(msg, column)
+            raise TimeoutError(
+                f"{self._where()} partition {number}: no message at offset {offset} within "
+                f"{self.config.inactivity_timeout_secs:g} s while finding the hand-over "
+                "offset; the broker may be down (inactivity_timeout_secs)"
+            )
+
+        return probe
+
+    def _column_of(self, msg: Any, column: str) -> Any:
+        import json
+
+        try:
+            value = json.loads(msg.value())
+        except ValueError as e:
+            raise _Permanent(
+                f"{self._where()} partition {msg.partition()} offset {msg.offset()}: "
+                f"handover.column needs a JSON object value ({e}); fix handover or the "
+                "messages"
+            ) from e
+        if not isinstance(value, dict) or value.get(column) is None:
+            raise _Permanent(
+                f"{self._where()} partition {msg.partition()} offset {msg.offset()}: the "
+                f"message has no {column!r} (handover.column); every message needs it"
+            )
+        return value[column]
+
+    def _check_growing(
+        self, probe: Callable[[int], Any], number: int, start: int, end: int, value: Any
+    ) -> None:
+        """One warning when the messages around the start do not grow in the column."""
+        if start >= end:
+            return
+        at = probe(start)
+        after = probe(at[0] + 1) if at is not None else None
+        if at is not None and after is not None and after[1] < at[1]:
+            log.warning(
+                "%s partition %d: offsets %d and %d hold %r then %r: the hand-over column "
+                "does not grow in message order, so the start after %r may skip or repeat "
+                "messages (see handover in the README)",
+                self._where(),
+                number,
+                at[0],
+                after[0],
+                at[1],
+                after[1],
+                value,
+            )
+
+    def _start_from(
+        self, consumer: Any, ids: Sequence[int], parts: Sequence[Partition]
+    ) -> dict[str, int]:
         start = self.config.start_from
         if start == "earliest":
             return {p.key: p.first for p in parts}
@@ -541,8 +677,48 @@ class KafkaInputTransport(SequenceSource):
         return self._starts[partition.key]
 
     def pins_start(self) -> bool:
-        """``latest`` moves with time: its first discovery commits where it starts."""
-        return self.config.start_from == "latest"
+        """``latest`` moves with time, and so does the hand-over value once the stream
+        writes: the first discovery commits where each partition starts."""
+        return self.config.start_from == "latest" or self.config.handover is not None
+
+    def handover_column(self) -> str | None:
+        """``handover.column`` (see :mod:`.handover`)."""
+        return self.config.handover.column if self.config.handover is not None else None
+
+    def discover(self, cursor: Cursor, limits: Limits) -> Iterator[WorkItem]:
+        """The sequence source's plan; after a hand-over, the first item of each
+        partition records it in its meta (and so in the partition's offsets row)."""
+        self._handover_starts = {}
+        items = list(super().discover(cursor, limits))
+        kept = {
+            k: row.meta["handover"] for k, row in cursor.offsets.items() if "handover" in row.meta
+        }
+        if kept:  # the mark stays in the partition's offsets row (the offsets API shows it)
+            items = [
+                dataclasses.replace(i, meta={**i.meta, "handover": kept[i.key]})
+                if i.key in kept
+                else i
+                for i in items
+            ]
+        handover = self.context.handover
+        if self._handover_starts and handover is not None:
+            mark = {"column": handover.column, "value": handover.value}
+            items = [
+                dataclasses.replace(i, meta={**i.meta, "handover": mark})
+                if self._handover_starts.get(i.key) == i.start
+                else i
+                for i in items
+            ]
+            # Every partition's start is pinned by this discovery, even one the batch
+            # budget left unplanned: the next discovery no longer knows the value.
+            planned = {i.key for i in items}
+            meta = {k: v for k, v in items[0].meta.items() if k != "handover"} if items else {}
+            items += [
+                WorkItem(key=k, start=at, end=at, records=0, meta={**meta, "handover": mark})
+                for k, at in sorted(self._handover_starts.items())
+                if k not in planned and k not in cursor.in_flight and cursor.get(k) is None
+            ]
+        return iter(items)
 
     def where(self, partition: str) -> str:
         """``topic <t> partition <p>``."""
