@@ -168,6 +168,8 @@ def _plan(store: StateStore, ctx: BatchContext, own_slice_only: bool) -> Discove
         new_items = list(islice(transport.discover(cursor, limits), limits.max_items))
         new_items = [_with_lines_before(i, cursor) for i in new_items]
         waiting = list(report.waiting)
+        if report.lag is not None:  # shown with the connector's stats
+            store.set_lag(ref, report.lag)
         if own_slice_only:  # offsets rows of slices never collapse (see _sliced)
             new_items = [
                 dataclasses.replace(i, meta={k: v for k, v in i.meta.items() if k != MTIME})
@@ -318,7 +320,16 @@ def finalize(store: StateStore, ctx: BatchContext, *, own_slice_only: bool = Fal
     cursor = store.cursor(ref)
     if own_slice_only:
         cursor = _sliced(cursor)
-    eoi = _exhausted(ctx.transport(), cursor) and not _late_work(store, ctx, cursor)
+    transport = ctx.transport()
+    transport.context.new_report()
+    eoi = _exhausted(transport, cursor)
+    # The lag after the run's commits, when the look at the source measured it (a
+    # sequence source: its exhausted check, or the end-of-input discovery; the latter
+    # makes a report of its own, hence ``transport.report``, the latest).
+    lag = transport.report.lag
+    if lag is not None:
+        store.set_lag(ref, lag)
+    eoi = eoi and not _late_work(store, ctx, cursor)
     store.set_end_of_input(ref, eoi)
     return eoi
 

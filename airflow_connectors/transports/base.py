@@ -172,6 +172,12 @@ class SourceReport:
     #: ``min_file_age``), as ``(key, epoch seconds when readable)``, so a run that found
     #: nothing can say that something waits, and until when.
     waiting: list[tuple[str, float]] = field(default_factory=list)
+    #: The source's lag: how many messages it holds that the connector has not committed
+    #: yet, as this discovery saw them (a sequence source: per partition, its last
+    #: sequence + 1 minus its committed position, summed). None: the transport cannot
+    #: tell (files, objects, queries). The framework stores it with the connector's
+    #: status (``lag`` in stats, the REST APIs and the Connectors page).
+    lag: int | None = None
 
     def notice(self, message: str, key: str | None = None) -> None:
         """Report a problem that does not stop the discovery (see ``notices``)."""

@@ -29,6 +29,10 @@ A subclass says what its partitions are and reads a range; this base owns the re
   connector's finalize step) hands :meth:`SequenceSource.acknowledge` the committed
   position of every partition: a durable consumer, a consumer group or a replication
   slot learns what the table holds, and never more.
+- **Lag.** Every discovery (and a following connector's finalize step) reports the
+  source's lag (``SourceReport.lag``): per partition, its last sequence + 1 minus its
+  committed position, summed, as Kafka's consumer-group LAG counts it. The framework
+  stores it with the connector's status.
 """
 
 from __future__ import annotations
@@ -147,6 +151,9 @@ class SequenceSource(Transport):
         rows = {p.key: self.committed(cursor, p) for p in parts}
         positions = {p.key: self._position(p, rows[p.key]) for p in parts}
         self.acknowledge(positions)
+        # The lag as the source's own tools count it (Kafka's consumer-group LAG): from
+        # the committed position to the last sequence, removed sequences included.
+        self.report.lag = sum(max(0, p.last + 1 - positions[p.key]) for p in parts)
         for p in parts:
             if positions[p.key] - 1 > p.last and rows[p.key] is not None:
                 self.report.notice(
@@ -170,7 +177,9 @@ class SequenceSource(Transport):
             return None
         try:
             parts = self.partitions()
-            self.acknowledge({p.key: self._position(p, self.committed(cursor, p)) for p in parts})
+            positions = {p.key: self._position(p, self.committed(cursor, p)) for p in parts}
+            self.report.lag = sum(max(0, p.last + 1 - positions[p.key]) for p in parts)
+            self.acknowledge(positions)
         except OSError as e:  # acks only show progress; the next discovery catches up
             log.warning("%s", e)
         return False

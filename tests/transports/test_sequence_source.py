@@ -268,3 +268,44 @@ def test_a_range_released_by_a_stop_is_read_again_and_nothing_twice(
         assert m.log.acks() == {0: 41}
     finally:
         c.close()
+
+
+def test_the_lag_is_what_the_log_holds_beyond_the_committed_positions(
+    installed: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """Each discovery, and a following connector's finalize step, stores the source's
+    lag with the connector's status (per partition, last sequence + 1 minus the
+    committed position): in stats (Feldera's metrics) and on the CLI."""
+    from airflow_connectors import cli
+    from airflow_connectors.engine.control import ConnectorControl
+
+    m = Messages(tmp_path / "log.db", 2)
+    m.append(0, 30)
+    m.append(1, 10)
+    c = Connector(m.source(batch=10, tasks_max=2, follow=True), tmp_path / "c")
+    try:
+        found = c.discover()  # two batches of 10 (tasks_max 2): 40 not committed yet
+        assert len(found.batch_ids) == 2, found
+        assert c.status().lag == 40
+        c.run(found.batch_ids)
+        assert not c.finalize()  # following: never ends, but measures the lag again
+        assert c.status().lag == 40 - 20
+        m.append(1, 5)
+        c.drain()
+        c.finalize()
+        assert c.status().lag == 0 and len(ids_of(c)) == 45
+        m.append(0, 7)
+        m.append(1, 3)
+        assert c.discover().batch_ids, "nothing planned for the appended messages"
+        assert c.status().lag == 10
+        doc = ConnectorControl(c.store).statuses([c.ref])[c.ref]
+        assert doc["metrics"]["lag"] == 10 and doc["metrics"]["total_records"] == 45
+        monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))  # no Airflow here
+        ref = c.ref
+        url = ["--state-store-url", c.store_url]
+        assert cli.main(["stats", ref.pipeline, ref.table, ref.connector, *url]) == 0
+        assert "lag=10" in capsys.readouterr().out.split("metrics: ")[1].splitlines()[0]
+        assert cli.main(["pipeline", ref.pipeline, "status", "--local", *url]) == 0
+        assert ", lag=10" in capsys.readouterr().out
+    finally:
+        c.close()
