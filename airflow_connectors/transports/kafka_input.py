@@ -285,6 +285,11 @@ class KafkaInputConfig(StrictConfig):
             raise ValueError("isolation.level: expected read_committed or read_uncommitted")
         return self
 
+    def __repr_args__(self) -> Any:
+        # The model's repr (and str) mask the secret librdkafka settings, as describe() does.
+        for name, value in super().__repr_args__():
+            yield name, "***" if name and is_secret_option(name) else value
+
     @property
     def options(self) -> dict[str, str]:
         """The librdkafka settings given in the config, as text."""
@@ -561,8 +566,16 @@ class KafkaInputTransport(SequenceSource):
         starts = {}
         for number, p in zip(ids, parts, strict=True):
             probe = self._probe(consumer, number, handover.column)
-            starts[p.key] = first_after(probe, p.first, p.last + 1, handover.value)
-            self._check_growing(probe, number, starts[p.key], p.last + 1, handover.value)
+            try:
+                starts[p.key] = first_after(probe, p.first, p.last + 1, handover.value)
+                self._check_growing(probe, number, starts[p.key], p.last + 1, handover.value)
+            except TypeError as e:
+                raise _Permanent(
+                    f"{self._where()} partition {number}: the table's greatest "
+                    f"{handover.column} ({type(handover.value).__name__}) cannot be compared "
+                    f"with the messages' ({e}); handover.column needs a number or text "
+                    "column whose messages carry the same type"
+                ) from e
         self._handover_starts = dict(starts)
         log.info(
             "%s: hand-over after %s = %r: starts at offsets %s",
@@ -590,8 +603,8 @@ class KafkaInputTransport(SequenceSource):
                     if err.code() == KafkaError._PARTITION_EOF:
                         return None
                     raise KafkaException(err)
-                if msg.value() is None:
-                    continue  # a tombstone: no record
+                if msg.value() is None or msg.offset() < offset:
+                    continue  # a tombstone (no record), or fetched for an earlier probe
                 return msg.offset(), self._column_of(msg, column)
             raise TimeoutError(
                 f"{self._where()} partition {number}: no message at offset {offset} within "
@@ -810,6 +823,7 @@ class KafkaInputTransport(SequenceSource):
         except KafkaException as e:
             raise self._error(e, doing) from e
         try:
+            self._past_deleted(consumer, number, at, last)
             consumer.assign([TopicPartition(self.config.topic, number, at.offset)])
             idle_since = time.monotonic()
             idle = self.config.inactivity_timeout_secs
@@ -833,6 +847,33 @@ class KafkaInputTransport(SequenceSource):
                     )
         finally:
             consumer.close()
+
+    def _past_deleted(self, consumer: Any, number: int, at: _Position, last: int) -> None:
+        """A range may start below the partition's first offset (the sequence source
+        plans the offsets that retention deleted into its first item, counted at
+        discovery; or they were deleted after it was planned): the read starts at the
+        first offset there is, never at a deleted one (the broker answers that with
+        "offset out of range"). Deleted after planning: skipped and logged with
+        ``on_missing: skip``, an error naming the offsets otherwise."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        tp = TopicPartition(self.config.topic, number)
+        try:
+            low, _ = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        except KafkaException as e:
+            raise self._error(e, f"reading partition {number}'s first offset") from e
+        if low <= at.offset:
+            return
+        gone = f"offsets {at.offset}..{min(last, low - 1)} of partition {number}"
+        if not self.config.skip_missing:
+            raise _Permanent(
+                f"{self._where()}: {gone} were deleted (retention) before this connector "
+                f"read them; the partition now starts at offset {low}. Set on_missing: "
+                "skip to skip them (counted as transport errors), or stop the connector "
+                "and reset its offsets"
+            )
+        log.warning("%s: %s were deleted before they were read; skipped", self._where(), gone)
+        at.offset = low
 
     def _take(self, got: list[Any], last: int, doing: str) -> tuple[list[Any], bool]:
         """The messages of ``got`` up to offset ``last``, and whether the range is read
