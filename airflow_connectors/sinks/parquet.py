@@ -87,6 +87,21 @@ class ParquetSink(Sink):
         base = self.config.path or _fs.join(self.warehouse, self.pipeline, self.table.name)
         return base if kind == "rows" else f"{base}__errors"
 
+    def column_max(self, column: str) -> object | None:
+        """The greatest ``column`` of the published files, reading that column only."""
+        import pyarrow.compute as pc
+
+        dataset = _fs.parquet_dataset(self.location())
+        if dataset is None:
+            return None
+        if column not in dataset.schema.names:
+            raise ValueError(
+                f"table {self.table.name} ({self.location()}) has no column {column!r}; "
+                "name one of its columns in handover.column"
+            )
+        greatest: object | None = pc.max(dataset.to_table(columns=[column]).column(0)).as_py()
+        return greatest
+
     @property
     def on_object_store(self) -> bool:
         """Whether the table is on an object store (published by copy, not rename)."""
