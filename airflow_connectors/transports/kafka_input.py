@@ -824,6 +824,8 @@ class KafkaInputTransport(SequenceSource):
             raise self._error(e, doing) from e
         try:
             self._past_deleted(consumer, number, at, last)
+            if at.offset > last:
+                return  # the whole rest of the range was deleted
             consumer.assign([TopicPartition(self.config.topic, number, at.offset)])
             idle_since = time.monotonic()
             idle = self.config.inactivity_timeout_secs
