@@ -155,12 +155,22 @@ class Sink(ABC):
     def column_max(self, column: str) -> object | None:
         """The greatest non-null value of ``column`` in the table's rows now (a stream's
         hand-over point after a backfill, ``transports/handover.py``); None when the
-        table holds no such value. Default: through :meth:`read`; raises ValueError in
-        one line when the table lacks the column."""
+        table holds no such value. Default: that column of the Parquet files (a sink
+        reading through :meth:`read` as this class does), else through its own
+        :meth:`read`; raises ValueError in one line when the table lacks the column."""
         import pyarrow.compute as pc
 
-        rows = self.read()
-        if rows is None or rows.num_rows == 0:
+        from airflow_connectors.sinks._fs import parquet_dataset
+
+        if type(self).read is Sink.read:  # plain Parquet files: read that column only
+            dataset = parquet_dataset(self.location())
+            names = [] if dataset is None else dataset.schema.names
+            rows = None if dataset is None or column not in names else dataset.to_table([column])
+            if dataset is not None and rows is None:
+                rows = dataset.head(0)  # the column is missing: say so below
+        else:
+            rows = self.read()
+        if rows is None or (rows.num_rows == 0 and column in rows.column_names):
             return None
         if column not in rows.column_names:
             raise ValueError(
