@@ -51,3 +51,37 @@ def test_column_max_of_a_parquet_table(tmp_path: Path) -> None:
     assert sink.column_max("order_id") == 7
     with pytest.raises(ValueError, match=r"no column 'nope'.*handover\.column"):
         sink.column_max("nope")
+
+
+@pytest.mark.postgres
+def test_column_max_of_a_postgres_table() -> None:
+    import uuid
+
+    import psycopg
+
+    server = "postgresql://postgres@127.0.0.1:5432/test"
+    schema = f"ac_handover_{uuid.uuid4().hex[:10]}"
+    spec = parse_pipeline(
+        {
+            "pipeline": "shop",
+            "tables": {
+                "orders": {
+                    "columns": {"order_id": "BIGINT NOT NULL"},
+                    "sink": {"name": "postgres", "config": {"uri": server, "schema": schema}},
+                }
+            },
+        }
+    )
+    sink = sink_of(spec.tables[0], pipeline="shop", warehouse="/nonexistent")
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        try:
+            assert sink.column_max("order_id") is None  # no table yet
+            conn.execute(f"CREATE TABLE {schema}.orders (order_id BIGINT NOT NULL)")
+            assert sink.column_max("order_id") is None  # no rows
+            conn.execute(f"INSERT INTO {schema}.orders VALUES (4), (11), (7)")
+            assert sink.column_max("order_id") == 11
+            with pytest.raises(ValueError, match=r"no column 'nope'.*handover\.column"):
+                sink.column_max("nope")
+        finally:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
