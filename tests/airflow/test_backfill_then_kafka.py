@@ -133,7 +133,9 @@ def scenario(kafka_broker: Any, connectors_env: dict[str, str]) -> Any:
         f.result(30)
 
 
-def test_backfill_then_kafka_lands_every_order_once(scenario: dict[str, Any]) -> None:
+def test_backfill_then_kafka_lands_every_order_once(
+    scenario: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     s = scenario
     servers, topic, pipeline = s["servers"], s["topic"], s["pipeline"]
     writer = s["producer"].Producer(PG, servers, s["table"], topic, HISTORY + 1)
@@ -158,7 +160,11 @@ def test_backfill_then_kafka_lands_every_order_once(scenario: dict[str, Any]) ->
 
     store = StateStore(s["env"]["AIRFLOW__CONNECTORS__STATE_STORE_URL"])
     try:
-        stream_run = s["stream"].test()
+        with caplog.at_level("INFO", logger="airflow_connectors"):
+            stream_run = s["stream"].test()
+        # The first discovery logged the hand-over in one line: connector, value, offsets.
+        [line] = [r.getMessage() for r in caplog.records if "hand-over after" in r.getMessage()]
+        assert "connector orders.stream: topic " in line and "partition 2: " in line, line
         states = task_states(stream_run)
         assert states[("gate", -1)] == "success", states
         ingests = [i for (t, i), st in states.items() if t == "ingest" and i >= 0]
@@ -193,6 +199,7 @@ def test_backfill_then_kafka_lands_every_order_once(scenario: dict[str, Any]) ->
         assert handover["column"] == "order_id"
         # The snapshot held the orders produced before it, and orders came after it.
         assert handover["value"] >= HISTORY + BEFORE_BACKFILL and handover["value"] + 100 <= last
+        assert f"order_id = {handover['value']}:" in line
 
         # Lag: the consumer group's committed offsets are the partitions' ends.
         assert group_offsets(servers, s["group"], topic, 3) == ends(servers, topic, 3)
