@@ -60,7 +60,7 @@ def stream(servers: str, topic: str, root: Path) -> Connector:
         records=[],
         key_column="order_id",
         bounded=False,
-        connector={"max_batch_size": 5, "tasks_max": 1},
+        connector={"max_batch_size": 10, "tasks_max": 1},
     )
     return Connector(src, root)
 
