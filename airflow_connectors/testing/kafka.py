@@ -41,10 +41,8 @@ import os
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -379,127 +377,6 @@ class KafkaEndpoint:
             self.admin(log_level=0).list_topics(timeout=timeout)
         except Exception as e:
             raise RuntimeError(f"no Kafka broker answers on {self.bootstrap_servers}: {e}") from e
-
-
-class TcpFaultProxy:
-    """A TCP relay on ``127.0.0.1:<port>`` in front of ``127.0.0.1:<upstream>`` that
-    resets its connections on demand: Kafka's protocol is not HTTP, so the HTTP fault
-    proxy (:mod:`.faultproxy`) cannot stand there. Kafka clients reconnect to the
-    address a broker *advertises*, so a broker whose ``advertised.listeners`` names
-    the proxy sends all of its clients' traffic through it::
-
-        proxy = TcpFaultProxy(upstream=port).start()
-        broker = KafkaBroker(work, port, properties={
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"})
-        proxy.reset_after(64_000)    # RST every connection once 64 kB more went to clients
-
-    :attr:`resets` counts the connections it reset."""
-
-    def __init__(self, upstream: int, port: int | None = None) -> None:
-        self.upstream = upstream
-        self.port = port or free_port()
-        #: Connections reset by :meth:`reset_all` or an armed :meth:`reset_after`.
-        self.resets = 0
-        #: Bytes relayed to clients so far.
-        self.relayed = 0
-        self._lock = threading.Lock()
-        self._conns: list[tuple[socket.socket, socket.socket]] = []
-        self._left: int | None = None  # bytes to clients until the armed reset
-        self._server: socket.socket | None = None
-
-    def start(self) -> TcpFaultProxy:
-        """Listen and relay in background threads."""
-        server = socket.socket()
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind(("127.0.0.1", self.port))
-        server.listen(64)
-        self._server = server
-        threading.Thread(target=self._accept, name="tcp-fault-proxy", daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        """Stop listening and close every connection."""
-        if self._server is not None:
-            with contextlib.suppress(OSError):
-                self._server.close()
-            self._server = None
-        self._cut(count=False)
-
-    def __enter__(self) -> TcpFaultProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def reset_all(self) -> int:
-        """Reset (RST) every open connection now; how many."""
-        return self._cut(count=True)
-
-    def reset_after(self, nbytes: int | None) -> None:
-        """Reset every connection once ``nbytes`` more bytes were relayed to clients
-        (``None``: disarm)."""
-        with self._lock:
-            self._left = nbytes
-
-    @property
-    def armed(self) -> bool:
-        """Whether a :meth:`reset_after` is still to fire."""
-        return self._left is not None
-
-    def _cut(self, *, count: bool) -> int:
-        with self._lock:
-            conns, self._conns = self._conns, []
-            if count:
-                self.resets += len(conns)
-        for pair in conns:
-            for s in pair:
-                with contextlib.suppress(OSError):
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                with contextlib.suppress(OSError):
-                    s.close()
-        return len(conns)
-
-    def _accept(self) -> None:
-        server = self._server
-        while server is not None:
-            try:
-                client, _ = server.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()  # the broker is down: the client sees a closed connection
-                continue
-            with self._lock:
-                self._conns.append((client, upstream))
-            for src, dst, down in ((client, upstream, False), (upstream, client, True)):
-                threading.Thread(target=self._pump, args=(src, dst, down), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, down: bool) -> None:
-        try:
-            while chunk := src.recv(65536):
-                dst.sendall(chunk)
-                if down and self._spent(len(chunk)):
-                    self._cut(count=True)
-                    return
-        except OSError:
-            pass
-        for s in (src, dst):  # one side closed: close the other
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-    def _spent(self, n: int) -> bool:
-        with self._lock:
-            self.relayed += n
-            if self._left is None:
-                return False
-            self._left -= n
-            if self._left > 0:
-                return False
-            self._left = None
-            return True
 
 
 def running_pid(work: Path) -> int | None:
