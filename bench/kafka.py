@@ -34,7 +34,12 @@ end to end / floor (target >= 0.5). Row counts are checked outside the timed sec
 exit status 0 unless a count is wrong.
 
 Usage: ``.venv/bin/python bench/kafka.py [--messages 1000000] [--rounds 2]
-[--tasks-max 4] [--batch 250000] [--bootstrap HOST:PORT]``
+[--tasks-max 4] [--batch 1000000] [--bootstrap HOST:PORT]``
+
+``--batch`` defaults to the engine's default ``max_batch_size`` (1,000,000: one batch of
+ten 100,000-offset items, read by both cores). 250,000 made four batches the embedded
+runner runs in turn, each a Spark job of three items on two cores and a commit: 4.12 s
+end to end against 2.77 s at 1M messages.
 """
 
 from __future__ import annotations
@@ -320,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=1_000_000)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--tasks-max", type=int, default=4)
-    p.add_argument("--batch", type=int, default=250_000, help="max_batch_size")
+    p.add_argument("--batch", type=int, default=1_000_000, help="max_batch_size")
     args = p.parse_args(argv)
     n = args.messages
     tmp = Path(tempfile.mkdtemp(prefix="ac_kafka_bench_"))
