@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from airflow_connectors.connections import kafka as _kafka
 from airflow_connectors.spec.config import StrictConfig
@@ -238,6 +238,30 @@ class KafkaInputConfig(StrictConfig):
         }
         found.update({str(k): v for k, v in self.metadata.items()})
         return found
+
+    @field_validator("start_from", mode="before")
+    @classmethod
+    def _one_start(cls, v: Any) -> Any:
+        """One line for a start of the wrong shape (not pydantic's error per union arm)."""
+        if v in ("earliest", "latest"):
+            return v
+        if isinstance(v, StartOffsets | StartTimestamp):
+            return v
+        if isinstance(v, Mapping) and len(v) == 1 and next(iter(v)) in ("offsets", "timestamp"):
+            from pydantic import ValidationError
+
+            model = StartOffsets if "offsets" in v else StartTimestamp
+            try:
+                return model.model_validate(v)
+            except ValidationError as e:
+                first = e.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or next(iter(v))
+                text = str(first["msg"]).removeprefix("Value error, ")
+                raise ValueError(f"{where}: {text[:1].lower()}{text[1:]}") from None
+        raise ValueError(
+            f"{v!r} is no start: expected 'earliest', 'latest', {{offsets: [o0, o1, ...]}} "
+            "or {timestamp: <milliseconds since the epoch>}"
+        )
 
     @model_validator(mode="before")
     @classmethod

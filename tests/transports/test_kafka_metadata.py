@@ -286,3 +286,19 @@ def test_spark_reads_a_topic_with_its_metadata(kafka_broker: Any, topic: str, sp
     rows = sorted((r.id, r.partition, r.offset) for r in df.collect())
     assert rows == [(i, i % 2, i // 2) for i in range(20)]
     assert df.columns == ["offset", "id", "partition"]
+
+
+def test_a_bad_start_from_is_one_line() -> None:
+    base = {"topic": "orders", "bootstrap.servers": "127.0.0.1:9"}
+    json_fmt = {"name": "json"}
+    expected = {
+        "newest": "'newest' is no start: expected 'earliest', 'latest'",
+        "offsets": "offsets: offsets must be 0 or more",
+        "timestamp": "timestamp: input should be a valid integer",
+    }
+    for start, wanted in zip(
+        ("newest", {"offsets": [-1]}, {"timestamp": "x"}), expected.values(), strict=True
+    ):
+        (line,) = _problems({**base, "start_from": start}, {"id": "BIGINT"}, json_fmt)
+        assert line.startswith("tables.t.connectors[0].transport.config.start_from: "), line
+        assert wanted in line, line
