@@ -1,8 +1,8 @@
 """The README's main command, end to end, in a copy of the repository as a fresh clone
 has it (tracked and new files; no .venv, no .airflow): scripts/quickstart.sh sets up,
 runs the example pipeline through a real Airflow scheduler and local Spark, prints the
-results, exits 0, three times in a row (the second and third keep the first's data and
-ingest nothing again). With ``--keep-running`` it moves off a busy port, and SIGTERM
+results, exits 0, twice in a row (the second keeps the first's data and ingests
+nothing again). With ``--keep-running`` it moves off a busy port, and SIGTERM
 stops Airflow and everything it started."""
 
 from __future__ import annotations
@@ -57,9 +57,12 @@ def quickstart_env() -> dict[str, str]:
     return env
 
 
-def test_main_command_passes_three_times_in_a_row(clone: Path) -> None:
+def test_main_command_passes_twice_in_a_row(clone: Path) -> None:
+    """A fresh run, then one that reuses its Airflow home and state: the same counts
+    both times (nothing lands twice). A third run (it used to be three) repeats the
+    second's path and cost two minutes of the suite's 45."""
     home = clone / ".airflow"
-    for attempt in range(1, 4):
+    for attempt in range(1, 3):
         proc = subprocess.run(
             ["bash", "scripts/quickstart.sh"],  # the README's main command, as written
             cwd=clone,
