@@ -343,7 +343,7 @@ def _check_kafka(conn: AirflowConnection, config: Mapping[str, Any], timeout: fl
     from confluent_kafka.admin import AdminClient
 
     settings: dict[str, str | int | float | bool] = dict(kafka.settings_of(conn))
-    settings.update({str(k): str(v) for k, v in config.items() if "." in str(k)})
+    settings.update({str(k): kafka.as_text(v) for k, v in config.items() if "." in str(k)})
     servers = settings.get("bootstrap.servers")
     if not servers:
         return (

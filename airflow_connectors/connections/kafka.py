@@ -38,17 +38,18 @@ def kafka_settings(conn_id: str, who: str = "kafka_input") -> dict[str, str]:
 def settings_of(conn: AirflowConnection) -> dict[str, str]:
     """A Kafka connection's librdkafka settings: its extra, every value as text, and
     ``bootstrap.servers`` from its host and port when the extra has none."""
-    settings = {str(k): _text(v) for k, v in conn.extra.items()}
+    settings = {str(k): as_text(v) for k, v in conn.extra.items()}
     if not settings.get("bootstrap.servers") and conn.host:
         port = f":{conn.port}" if conn.port else ""
         settings["bootstrap.servers"] = f"{conn.host}{port}"
     return settings
 
 
-def _text(value: object) -> str:
+def as_text(value: object) -> str:
+    """A librdkafka setting's value as the text librdkafka takes (booleans lower case)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
-__all__ = ["KIND", "kafka_settings", "settings_of"]
+__all__ = ["KIND", "as_text", "kafka_settings", "settings_of"]

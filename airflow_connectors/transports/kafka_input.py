@@ -317,7 +317,7 @@ class KafkaInputConfig(StrictConfig):
     @property
     def options(self) -> dict[str, str]:
         """The librdkafka settings given in the config, as text."""
-        return {k: _text(v) for k, v in (self.model_extra or {}).items()}
+        return {k: _kafka.as_text(v) for k, v in (self.model_extra or {}).items()}
 
     @property
     def bounded(self) -> bool:
@@ -355,12 +355,6 @@ def _unknown_keys(config: type[KafkaInputConfig], data: Mapping[str, Any]) -> No
     ]
     if bad:
         raise ValidationError.from_exception_data(config.__name__, bad)
-
-
-def _text(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 class KafkaInputTransport(SequenceSource):
