@@ -94,6 +94,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "airflow_connectors"
 LAYERS: dict[str, int] = {
     "airflow_connectors": 0,
     "airflow_connectors._registry": 0,
+    "airflow_connectors.changes": 0,
     "airflow_connectors.failpoints": 0,
     "airflow_connectors.settings": 0,
     "airflow_connectors.spec": 0,

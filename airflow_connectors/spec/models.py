@@ -294,6 +294,30 @@ class TableSpec(StrictConfig):
     schema_hints: dict[str, str] = Field(default_factory=dict)
     #: None: ``add_new_columns`` for an inferred schema, ``none`` for declared columns.
     schema_evolution: SchemaEvolution | None = None
+    #: The columns that identify a row: a keyed table takes changes (upserts, updates,
+    #: deletes; :mod:`airflow_connectors.changes`) instead of appending rows.
+    primary_key: tuple[str, ...] = ()
+    #: The column that orders two changes of one key (a Kafka offset, an LSN, an
+    #: ``updated_at``); None: the order the changes arrive in (batch, then record).
+    sequence_by: str | None = None
+    #: 1: the table holds each key's latest row; 2: it keeps history (``__start_at``,
+    #: ``__end_at``).
+    scd_type: Literal[1, 2] = 1
+    #: How long a deleted key's sequence is remembered, so that an older change of it
+    #: arriving later does not bring the row back (Databricks' tombstone threshold).
+    tombstone_retention: datetime.timedelta = datetime.timedelta(days=7)
+
+    @field_validator("tombstone_retention", mode="before")
+    @classmethod
+    def _retention(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.lstrip().upper().startswith("P"):
+            return parse_duration(value)
+        return value
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the table declares a primary key (it takes changes)."""
+        return bool(self.primary_key)
 
     @property
     def infers_schema(self) -> bool:
