@@ -9,6 +9,8 @@ A table with a ``primary_key`` takes changes, not only rows. A format (json's
 - :data:`UPDATE` (2): a partial row (Feldera's ``update``): the columns named in the
   record's :data:`SET` list take the record's values, the others keep the row's; the key
   columns must be given. An update of a key the table does not hold changes nothing.
+- :data:`TRUNCATE` (3): every row the table holds before this change goes (PostgreSQL's
+  ``TRUNCATE``, Debezium's ``op: t``); the record's other columns are ignored.
 
 A block without an :data:`OP` column is all upserts (into a keyed table) or appends
 (into a table without a key). A delete or update into a table without a key is that
@@ -39,7 +41,8 @@ ORDER = "__order"
 UPSERT = 0
 DELETE = 1
 UPDATE = 2
-OP_NAMES = {UPSERT: "upsert", DELETE: "delete", UPDATE: "update"}
+TRUNCATE = 3
+OP_NAMES = {UPSERT: "upsert", DELETE: "delete", UPDATE: "update", TRUNCATE: "truncate"}
 
 #: The change columns, in the order they follow the table's columns in a staged part.
 CHANGE_COLUMNS = (OP, SET, ORDER)
