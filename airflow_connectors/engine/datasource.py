@@ -71,7 +71,8 @@ class _UserReader(DataSourceReader):
         chunks = transport.read(item)
         if fmt is None:
             for rb in chunks:
-                yield from conform(pa.Table.from_batches([rb]), self.ctx.table, schema).to_batches()
+                rows = conform(pa.Table.from_batches([rb]), self.ctx.table, schema)
+                yield from rows.select(schema.names).to_batches()
             return
         blocks = (
             (c for c in chunks if isinstance(c, Decoded))
@@ -84,7 +85,8 @@ class _UserReader(DataSourceReader):
                 raise RecordRejected(f"record {e.record} of {item.key}: {e.error}")
             # A transport's own blocks carry its columns after the format's: in order.
             table = conform(decoded.table, self.ctx.table, schema) if decodes else decoded.table
-            yield from table.to_batches()
+            # A keyed table's change columns (__op, __set) are no columns of the source.
+            yield from table.select(schema.names).to_batches()
 
 
 class TransportDataSource(DataSource):

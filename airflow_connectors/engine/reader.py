@@ -313,8 +313,8 @@ class _Task:
             self._format = (self.ctx.format(),)
         return self._format[0]
 
-    def ingest(self, item: WorkItem) -> ItemOutcome:
-        """Read ``item`` into the task's parts.
+    def ingest(self, item: WorkItem, index: int = 0) -> ItemOutcome:
+        """Read ``item`` (the ``index``-th of the batch plan) into the task's parts.
 
         Raises :class:`ItemFailed` when the item cannot be ingested; returns a skipped
         item's receipt (and its transport error) when ``errors.tolerance: all`` lets an
@@ -322,7 +322,7 @@ class _Task:
         self.last = item
         out = _ItemParts(self.parts, buffered=self.tolerate)
         try:
-            return _ingest_item(self, item, out)
+            return _ingest_item(self, item, out, index)
         except ItemFailed as failed:
             f = failed.failure
             out.abort()  # nothing of a skipped object lands
@@ -422,11 +422,11 @@ def _sink_failure(ctx: BatchContext, item: WorkItem, e: BaseException) -> ItemFa
     return _failure(ctx, item, "sink", e, text)
 
 
-def _ingest_item(task: _Task, item: WorkItem, out: _ItemParts) -> ItemOutcome:
+def _ingest_item(task: _Task, item: WorkItem, out: _ItemParts, index: int = 0) -> ItemOutcome:
     fmt = task.format()
     if fmt is not None:
         fmt.evolution.take()  # what an earlier (skipped) item met is not this item's
-    ingest = _ItemIngest(task.ctx, item, task.transport(), out)
+    ingest = _ItemIngest(task.ctx, item, task.transport(), out, index)
     rows = ingest.writer("rows")
     # A transport that decodes with the format itself (adding columns of its own) yields
     # decoded blocks, as an integrated transport does.
@@ -473,10 +473,19 @@ class _ItemIngest:
     records, the errors to report, and the classification of its failures."""
 
     def __init__(
-        self, ctx: BatchContext, item: WorkItem, transport: Transport, out: _ItemParts
+        self,
+        ctx: BatchContext,
+        item: WorkItem,
+        transport: Transport,
+        out: _ItemParts,
+        index: int = 0,
     ) -> None:
         self.ctx = ctx
         self.item = item
+        #: The item's place in the batch plan: the high half of a change's ``__order``;
+        #: the rows written so far are the low half.
+        self.index = index
+        self.ordinal = 0
         self.out = out
         self.counted = _Counter(lambda: transport.read(item))
         self.sink = out.task.sink
@@ -635,8 +644,23 @@ class _ItemIngest:
                 start = i + 1
             parts.append(table.slice(start))
             table = pa.concat_tables(parts)
+        if self.ctx.table.keyed and table.num_rows:
+            table = self._ordered(table)
         rows.write(table)
         self.good += table.num_rows
+
+    def _ordered(self, table: pa.Table) -> pa.Table:
+        """``table`` (changes into a keyed table) with ``__order``: the item's place in
+        the plan, then the row's place among the item's rows, so the sink applies a
+        key's changes in the order the source holds them."""
+        import pyarrow as pa
+
+        from airflow_connectors.changes import ORDER
+
+        start = (self.index << 32) | self.ordinal
+        self.ordinal += table.num_rows
+        order = pa.array(range(start, start + table.num_rows), pa.int64())
+        return table.append_column(pa.field(ORDER, pa.int64(), nullable=False), order)
 
     def reject(self, errors: list[RecordError]) -> None:
         """Bad records: the item fails under ``errors.tolerance: none``; under ``all``
@@ -846,7 +870,7 @@ def ingest_partition(plan: str, tasks: int, task: int, groups: Iterator[str]) ->
     for index, raw in entries:
         where = f"connector {ctx.ref}: batch {ctx.batch_id} failed on {raw['key']}"
         try:
-            outcome = runner.ingest(WorkItem.from_json(raw))
+            outcome = runner.ingest(WorkItem.from_json(raw), index)
         except ItemFailed as e:
             results.append(TaskAnswer(index, failure=e.failure))
         except Exception as e:

@@ -160,9 +160,13 @@ def conform(data: pa.Table, table: TableSpec, schema: pa.Schema) -> pa.Table:
     record with :func:`~airflow_connectors.formats.base.isolate`."""
     import pyarrow as pa
 
-    arrays = []
+    from airflow_connectors.changes import OP
+
     n = data.num_rows
     names = set(data.column_names)
+    if table.keyed or OP in names:
+        return _conform_changes(data, table, schema)
+    arrays = []
     for col, fld in zip(table.columns, schema, strict=True):
         if col.name in names:
             arr = coerce(data.column(col.name), col, fld.type)
@@ -172,6 +176,79 @@ def conform(data: pa.Table, table: TableSpec, schema: pa.Schema) -> pa.Table:
             raise _no_value(col, arr)
         arrays.append(arr)
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _conform_changes(data: pa.Table, table: TableSpec, schema: pa.Schema) -> pa.Table:
+    """:func:`conform` of change records (:mod:`airflow_connectors.changes`). Into a
+    keyed table: the table's columns followed by ``__op`` and ``__set`` (rows without
+    an ``__op`` are upserts); a NOT NULL column needs a value only where the change
+    carries it (an upsert; a key column in every change but a truncate; a column a
+    partial update sets). Into a table without a key only upserts are rows (appended,
+    without the change columns): a delete, update or truncate is the record's error."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from airflow_connectors.changes import (
+        OP,
+        OP_NAMES,
+        SET,
+        TRUNCATE,
+        UPDATE,
+        UPSERT,
+        op_type,
+        set_type,
+    )
+
+    n = data.num_rows
+    names = set(data.column_names)
+    if OP in names:
+        ops = pc.fill_null(data.column(OP).cast(op_type()), UPSERT)
+    else:
+        ops = pa.chunked_array([pa.array([UPSERT] * n, op_type())])
+    if not table.keyed:
+        others = pc.not_equal(ops, UPSERT)
+        if pc.any(others).as_py():
+            row = pc.indices_nonzero(others.combine_chunks())[0].as_py()
+            what = OP_NAMES.get(ops[row].as_py(), "change")
+            raise RowError(
+                f"a {what} record cannot be applied to table {table.name}, which has no "
+                "primary key; declare the table's primary_key (its rows are then "
+                "upserted and deleted by key), or read the data with update_format: raw",
+                row,
+            )
+        return conform(
+            data.drop_columns([c for c in data.column_names if c in (OP, SET)]), table, schema
+        )
+    sets = data.column(SET) if SET in names else pa.chunked_array([pa.nulls(n, set_type())])
+    keys = set(table.primary_key)
+    arrays = []
+    for col, fld in zip(table.columns, schema, strict=True):
+        if col.name in names:
+            arr = coerce(data.column(col.name), col, fld.type)
+        else:
+            arr = pa.chunked_array([pa.nulls(n, fld.type)])
+        if not col.nullable and arr.null_count:
+            if col.name in keys:
+                needed = pc.not_equal(ops, TRUNCATE)
+            else:
+                needed = pc.equal(ops, UPSERT)
+                sets_it = pc.fill_null(pc.list_value_length(sets), 0)  # cheap pre-check
+                if pc.any(pc.and_(pc.equal(ops, UPDATE), pc.greater(sets_it, 0))).as_py():
+                    named = [col.name in (s or ()) for s in sets.to_pylist()]
+                    needed = pc.or_(needed, pc.and_(pc.equal(ops, UPDATE), pa.array(named)))
+            missing = pc.and_(pc.is_null(arr), needed)
+            if pc.any(missing).as_py():
+                row = pc.indices_nonzero(missing.combine_chunks())[0].as_py()
+                raise RowError(
+                    f"column {col.name!r} is NOT NULL but the "
+                    f"{OP_NAMES.get(ops[row].as_py(), 'change')} record in row {row + 1} "
+                    f"of {n} has no value for it",
+                    row,
+                )
+        arrays.append(arr)
+    out = pa.Table.from_arrays(arrays, schema=schema)
+    out = out.append_column(pa.field(OP, op_type(), nullable=False), ops)
+    return out.append_column(pa.field(SET, set_type()), sets.cast(set_type()))
 
 
 def _no_value(col: ColumnSpec, arr: pa.ChunkedArray) -> RowError:
