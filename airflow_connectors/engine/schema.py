@@ -121,6 +121,12 @@ def with_version(table: TableSpec, version: SchemaVersion | None) -> TableSpec:
         columns = column_specs(version)
     if table.evolution == "rescue" and columns and RESCUED_DATA not in {c.name for c in columns}:
         columns = (*columns, ColumnSpec(name=RESCUED_DATA, type=SqlType("VARCHAR"), nullable=True))
+    if table.keyed:  # key columns hold a value in every row (SQL's PRIMARY KEY)
+        keys = set(table.primary_key)
+        columns = tuple(
+            c.model_copy(update={"nullable": False}) if c.name in keys and c.nullable else c
+            for c in columns
+        )
     if columns == table.columns:
         return table
     # Keep the evolution mode the spec meant: an inferred table stays one.
@@ -160,7 +166,25 @@ def prepare(store: StateStore, ctx: BatchContext, bounds: SampleBounds | None = 
         version = store_inferred(store, ctx, inferred)
     ctx.table = with_version(table, version)
     ctx.schema_version = version.version if version is not None else None
+    _check_key_columns(ctx)
     return True
+
+
+def _check_key_columns(ctx: BatchContext) -> None:
+    """A keyed table's key and ``sequence_by`` columns must be among its columns (an
+    inferred table's are known only now); raises :class:`SchemaInferenceError`."""
+    table = ctx.table
+    if not table.columns:
+        return
+    names = {c.name for c in table.columns}
+    wanted = [*table.primary_key, *([table.sequence_by] if table.sequence_by else [])]
+    lacking = [n for n in wanted if n not in names]
+    if lacking:
+        raise SchemaInferenceError(
+            f"connector {ctx.ref}: table {table.name} names {', '.join(map(repr, lacking))} "
+            f"in primary_key or sequence_by, but its columns are {', '.join(sorted(names))}; "
+            "name columns the data holds (or declare the columns)"
+        )
 
 
 def store_inferred(store: StateStore, ctx: BatchContext, inferred: Inferred) -> SchemaVersion:
