@@ -238,3 +238,23 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         return
     with KafkaBroker(tmp_path_factory.mktemp("kafka")) as broker:
         yield broker
+
+
+# --- issue 25, postgres_cdc_input: a private cluster with wal_level=logical ----------------
+
+
+@pytest.fixture(scope="session")
+def pg_logical() -> Iterator[Any]:
+    """A private PostgreSQL cluster with ``wal_level=logical`` on a free port of 127.0.0.1
+    for the whole session (see :mod:`airflow_connectors.testing.pgcluster`): ``.port``,
+    ``.url(db='postgres')``, ``.dsn``, ``.connect(db)``, ``.create_database(name)``. The
+    server on 5432 is not touched. Tests make databases, tables, publications and slots of
+    their own (unique names) and drop the slots they made (a slot holds WAL back)."""
+    from airflow_connectors.testing.pgcluster import PgCluster
+
+    try:
+        cluster = PgCluster().start()
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    yield cluster
+    cluster.stop()
