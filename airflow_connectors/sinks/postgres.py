@@ -32,7 +32,34 @@ one anyway refuses the write before its ``COPY``, naming the column and the row,
 of PostgreSQL's "invalid byte sequence" for the whole part. In a dead letter's text (``raw_text``, ``error``) a
 NUL is stored as the six characters ``\\u0000``.
 
-Fail point ``postgres_committed``: after the PostgreSQL commit, before the state store
+A table with a ``primary_key`` takes changes (:mod:`airflow_connectors.changes`), not
+appends. Its staging tables hold the table's columns and the change columns ``__op``
+(smallint), ``__set`` (text[]) and ``__order`` (bigint). The target gets a PRIMARY KEY on
+the key columns when the sink creates it; an existing target must have a primary key or
+a unique index on exactly those columns (``prepare`` refuses it otherwise). Beside it the
+sink keeps the key-state table ``<table>__keys`` (:func:`~airflow_connectors.sinks.
+changes.state_schema`: per key the mark ``(__seq, __batch, __order)`` of the last change
+applied and whether it deleted the key; the truncate floor as the row whose key columns
+are null). ``publish`` of a keyed batch is still ONE transaction, holding the table's
+publish lock (a transaction advisory lock on the target's name, so publishers of one
+table take turns, whatever batch they publish) from before it records the batch to its
+commit: it reads the staged changes (Arrow, through ADBC), collapses them to one per key
+and resolves them against the key state of those keys (read with a join on a temporary
+table of the keys) with :mod:`airflow_connectors.sinks.changes` (pyarrow: the same code
+as the Delta and Iceberg sinks), then, in SQL from temporary tables: a truncate deletes
+the rows whose last change is older than it, ``DELETE`` of the deleted keys, ``INSERT
+... ON CONFLICT (<key>) DO UPDATE`` of the upserts (whole rows: every column of the
+batch's table), the key-state rows upserted and tombstones older than the table's
+``tombstone_retention`` dropped. A change older than what the table holds for its key
+(by ``sequence_by``, then batch, then order) never wins, whichever order batches publish
+in; a re-run of a crashed publish finds nothing committed and applies the batch once. A
+batch staged before a later one added columns leaves those columns as they are on the
+rows it updates (NULL on rows it inserts). ``scd_type: 2`` is refused by ``prepare``: the
+sink keeps only the latest row per key.
+
+Fail points ``postgres_changes_applied``: inside a keyed batch's publish transaction,
+after its changes are written and before the commit (a kill there rolls everything
+back); ``postgres_committed``: after the PostgreSQL commit, before the state store
 records the batch published.
 """
 
@@ -48,6 +75,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field, field_validator, model_validator
 
 from airflow_connectors import failpoints
+from airflow_connectors.changes import ORDER
 from airflow_connectors.connections import postgres as _pg
 from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkConfig, SinkUnwritable
 from airflow_connectors.spec.datasets import LineageDataset, postgres_dataset
@@ -65,6 +93,10 @@ STAGE_PREFIX = "_ac_stage_"
 PART_COLUMN = "_ac_part"
 #: Serialises the sink's DDL (``CREATE TABLE IF NOT EXISTS`` races in PostgreSQL).
 DDL_LOCK = "airflow_connectors.postgres_sink"
+#: The first half of a keyed table's publish lock (the second: the target's name).
+KEYS_LOCK = "airflow_connectors.postgres_sink.keys"
+#: The key-state table's name after the target's.
+KEYS_SUFFIX = "__keys"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 #: What PostgreSQL text cannot hold (and ``\u0000`` escapes in JSON).
@@ -172,9 +204,20 @@ def pg_type(arrow: pa.DataType) -> str:
 
 def _columns_sql(schema: pa.Schema, *, not_null: bool) -> str:
     return ", ".join(
-        f"{quoted(f.name)} {pg_type(f.type)}{'' if f.nullable or not not_null else ' NOT NULL'}"
+        f"{quoted(f.name)} {_stored_type(f.type)}"
+        f"{'' if f.nullable or not not_null else ' NOT NULL'}"
         for f in schema
     )
+
+
+def _stored_type(arrow: pa.DataType) -> str:
+    """:func:`pg_type`, and ``text[]`` for a list of strings (a staged change's
+    ``__set``, never a table's column)."""
+    import pyarrow as pa
+
+    if pa.types.is_list(arrow) and _is_text(arrow.value_type):
+        return "text[]"
+    return pg_type(arrow)
 
 
 # --- part writer (executors) ------------------------------------------------------------
@@ -220,6 +263,10 @@ class _PostgresPart(PartWriter):
         if self._conn is None:
             self._conn = self.sink.connect()
             self._guard(self._begin)
+        if self.kind == "rows" and self.sink.table.keyed:
+            from airflow_connectors.sinks.changes import with_change_columns
+
+            table = with_change_columns(table)  # a block of upserts only may lack them
         staged = table.select(self.schema.names).cast(self.schema)
         staged = staged.append_column(
             pa.field(PART_COLUMN, pa.int32(), nullable=False),
@@ -425,8 +472,13 @@ class PostgresSink(Sink):
                     f"table {self.table.name}: {schema}.{name} does not exist at "
                     f"{self.where()}; create it, or set the sink's create_table: true"
                 )
-            cur.execute(f"CREATE TABLE {full} ({_columns_sql(want, not_null=True)})")
+            key = ""
+            if kind == "rows" and self.table.keyed:
+                key = f", PRIMARY KEY ({', '.join(quoted(k) for k in self.table.primary_key)})"
+            cur.execute(f"CREATE TABLE {full} ({_columns_sql(want, not_null=True)}{key})")
             return
+        if kind == "rows" and self.table.keyed:
+            self._check_key(cur, schema, name)
         cur.execute(
             "SELECT column_name FROM information_schema.columns "
             "WHERE table_schema = $1 AND table_name = $2",
@@ -458,6 +510,190 @@ class PostgresSink(Sink):
         cur.execute("SELECT pg_advisory_xact_lock(hashtext($1))", (DDL_LOCK,))
         cur.fetchall()
 
+    # -- keyed tables --------------------------------------------------------------------
+
+    def keys_table(self) -> str:
+        """The key-state table's name (in the target's schema): ``<table>__keys``."""
+        return f"{self.target()[1]}{KEYS_SUFFIX}"
+
+    def _check_key(self, cur: Any, schema: str, name: str) -> None:
+        """An existing target of a keyed table has a primary key or a unique index
+        (not partial, no expression) on exactly the key columns: what ``ON CONFLICT``
+        needs. Else SinkUnwritable naming the remedy."""
+        cur.execute(
+            "SELECT ARRAY(SELECT a.attname::text FROM pg_attribute a "
+            "WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)) "
+            "FROM pg_index i WHERE i.indrelid = to_regclass($1) AND i.indisunique "
+            "AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL",
+            (f"{quoted(schema)}.{quoted(name)}",),
+        )
+        want = sorted(self.table.primary_key)
+        if any(sorted(r[0] or ()) == want for r in cur.fetchall()):
+            return
+        keys = ", ".join(quoted(k) for k in self.table.primary_key)
+        raise SinkUnwritable(
+            f"table {self.table.name}: {schema}.{name} at {self.where()} has no primary key "
+            f"or unique constraint on the table's primary_key "
+            f"({', '.join(self.table.primary_key)}), which "
+            f"upserts need; add it (ALTER TABLE {quoted(schema)}.{quoted(name)} ADD "
+            f"PRIMARY KEY ({keys})) or point the sink's table elsewhere"
+        )
+
+    def _ensure_keys(self, cur: Any, schema: str) -> None:
+        """The key-state table ``<table>__keys`` (under the DDL lock): its key columns
+        nullable (the floor row has none), unique together; an index for dropping
+        expired tombstones."""
+        from airflow_connectors.sinks.changes import CHANGED_MS, DELETED, state_schema
+
+        name = self.keys_table()
+        full = f"{quoted(schema)}.{quoted(name)}"
+        keys = ", ".join(quoted(k) for k in self.table.primary_key)
+        digest = hashlib.md5(name.encode(), usedforsecurity=False).hexdigest()[:10]
+        cur.execute(
+            f"CREATE TABLE IF NOT EXISTS {full} "
+            f"({_columns_sql(state_schema(self.table), not_null=True)})"
+        )
+        cur.execute(f'CREATE UNIQUE INDEX IF NOT EXISTS "_ac_keys_{digest}" ON {full} ({keys})')
+        cur.execute(
+            f'CREATE INDEX IF NOT EXISTS "_ac_tomb_{digest}" ON {full} ({quoted(CHANGED_MS)}) '
+            f"WHERE {quoted(DELETED)}"
+        )
+
+    def _lock_keys(self, cur: Any, schema: str) -> None:
+        """The keyed table's publish lock (a transaction advisory lock: released by the
+        commit, the rollback or the death of the connection); creates the key-state
+        table if ``prepare`` did not. Taken before the DDL lock, never after it."""
+        cur.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))",
+            (KEYS_LOCK, f"{schema}.{self.target()[1]}"),
+        )
+        cur.fetchall()
+        if not self._exists(cur, schema, self.keys_table()):
+            self._lock_ddl(cur)
+            self._ensure_keys(cur, schema)
+
+    def _temp(self, cur: Any, name: str, data: pa.Table) -> str:
+        """``data`` in a new temporary table ``name`` (dropped at the commit)."""
+        cur.execute(
+            f"CREATE TEMPORARY TABLE {quoted(name)} "
+            f"({_columns_sql(data.schema, not_null=False)}) ON COMMIT DROP"
+        )
+        if data.num_rows:
+            cur.adbc_ingest(name, data, mode="append", temporary=True)
+            if data.num_rows > 1000:
+                cur.execute(f"ANALYZE {quoted(name)}")
+        return quoted(name)
+
+    def _apply_changes(
+        self, cur: Any, schema: str, stage: str, staged_columns: list[str], batch_id: int
+    ) -> int:
+        """Inside publish's transaction, holding the table's publish lock: a keyed
+        batch's staged changes applied to the target and its key state. Returns the
+        number of changes the batch staged."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from airflow_connectors.sinks import changes as ch
+
+        keys = list(self.table.primary_key)
+        names = self.table.column_names
+        target = f"{quoted(schema)}.{quoted(self.target()[1])}"
+        state = f"{quoted(schema)}.{quoted(self.keys_table())}"
+        sschema = ch.state_schema(self.table)
+
+        def on(left: str, right: str) -> str:
+            return " AND ".join(f"{left}.{quoted(k)} = {right}.{quoted(k)}" for k in keys)
+
+        def cols(among: list[str], alias: str = "") -> str:
+            return ", ".join(f"{alias}{quoted(n)}" for n in among)
+
+        # The staged changes; columns a batch staged before the table gained them: null.
+        want = self.stage_schema("rows")
+        read = [n for n in want.names if n in staged_columns]
+        cur.execute(f"SELECT {cols(read)} FROM {quoted(schema)}.{quoted(stage)}")
+        staged = _as_declared(cur.fetch_arrow_table(), want)
+        for f in want:
+            if f.name not in staged.column_names:
+                staged = staged.append_column(f.name, pa.nulls(staged.num_rows, f.type))
+        staged = ch.with_change_columns(staged.select(want.names).cast(want))
+        collapsed = ch.collapse(staged, self.table, batch_id)
+
+        # The key state of the batch's keys, and the floor.
+        has_key = pc.is_valid(collapsed.column(keys[0]))
+        batch_keys = self._temp(cur, "_ac_batch_keys", collapsed.filter(has_key).select(keys))
+        cur.execute(
+            f"SELECT {cols(sschema.names, 's.')} FROM {state} s JOIN {batch_keys} k "
+            f"ON {on('s', 'k')} UNION ALL SELECT {cols(sschema.names)} FROM {state} "
+            f"WHERE {quoted(keys[0])} IS NULL"
+        )
+        known = _as_declared(cur.fetch_arrow_table(), sschema).cast(sschema)
+
+        def current(wanted: pa.Table) -> pa.Table:
+            """The target's rows of ``wanted`` keys (for partial updates)."""
+            found = self._temp(cur, "_ac_update_keys", wanted.select(keys))
+            cur.execute(
+                f"SELECT {cols(names, 't.')} FROM {target} t JOIN {found} k ON {on('t', 'k')}"
+            )
+            return _as_declared(cur.fetch_arrow_table(), self.schema("rows"))
+
+        resolved = ch.resolve(collapsed, known, current, self.table)
+
+        # The target: the truncate, then deletes and upserts (one change per key).
+        if resolved.truncate is not None:
+            # Rows whose last change is older than the truncate (or never recorded: rows
+            # the table held before the sink) go; rows of later batches stay.
+            cur.execute(
+                f"DELETE FROM {target} t WHERE NOT EXISTS (SELECT FROM {state} s WHERE "
+                f"{on('s', 't')} AND (s.{quoted(ch.BATCH)}, s.{quoted(ORDER)}) >= ($1, $2))",
+                resolved.truncate,
+            )
+        if resolved.deletes.num_rows:
+            gone = self._temp(cur, "_ac_deletes", resolved.deletes.select(keys))
+            cur.execute(f"DELETE FROM {target} t USING {gone} d WHERE {on('t', 'd')}")
+        if resolved.upserts.num_rows:
+            rows = self._temp(cur, "_ac_upserts", resolved.upserts.select(names))
+            others = [n for n in names if n not in keys]
+            action = (
+                "UPDATE SET " + ", ".join(f"{quoted(n)} = EXCLUDED.{quoted(n)}" for n in others)
+                if others
+                else "NOTHING"
+            )
+            cur.execute(
+                f"INSERT INTO {target} ({cols(names)}) SELECT {cols(names)} FROM {rows} "
+                f"ON CONFLICT ({cols(keys)}) DO {action}"
+            )
+
+        # The key state: the batch's marks (a new floor replaces the old one), then
+        # tombstones past the table's retention go (never the floor).
+        marks = self._temp(cur, "_ac_marks", resolved.state.select(sschema.names))
+        if resolved.truncate is not None:
+            cur.execute(f"DELETE FROM {state} WHERE {quoted(keys[0])} IS NULL")
+        marks_cols = [n for n in sschema.names if n not in keys]
+        cur.execute(
+            f"INSERT INTO {state} ({cols(sschema.names)}) SELECT {cols(sschema.names)} "
+            f"FROM {marks} WHERE {quoted(keys[0])} IS NOT NULL ON CONFLICT ({cols(keys)}) "
+            "DO UPDATE SET " + ", ".join(f"{quoted(n)} = EXCLUDED.{quoted(n)}" for n in marks_cols)
+        )
+        cur.execute(
+            f"INSERT INTO {state} ({cols(sschema.names)}) SELECT {cols(sschema.names)} "
+            f"FROM {marks} WHERE {quoted(keys[0])} IS NULL"
+        )
+        cur.execute(
+            f"DELETE FROM {state} WHERE {quoted(ch.DELETED)} AND {quoted(ch.CHANGED_MS)} < $1 "
+            f"AND {quoted(keys[0])} IS NOT NULL",
+            (ch.tombstone_cutoff_ms(self.table),),
+        )
+        if resolved.stale or resolved.missing:
+            log.info(
+                "table %s: batch %d: %d change(s) older than the table's, %d partial "
+                "update(s) of keys it does not hold: not applied",
+                self.table.name,
+                batch_id,
+                resolved.stale,
+                resolved.missing,
+            )
+        return int(staged.num_rows)
+
     # -- the staged-write protocol -------------------------------------------------------
 
     def prepare(self, batch_id: int, attempt: str) -> None:
@@ -469,6 +705,11 @@ class PostgresSink(Sink):
                 pg_type(f.type)
             except ValueError as e:
                 raise SinkUnwritable(f"table {self.table.name}: column {f.name}: {e}") from e
+        if self.table.keyed and self.table.scd_type == 2:
+            raise SinkUnwritable(
+                f"table {self.table.name}: the postgres sink keeps the latest row per key "
+                "(scd_type: 1) and cannot keep history yet; set scd_type: 1"
+            )
         with self.transaction(f"prepare batch {batch_id}") as cur:
             schema = self.resolve_schema(cur)
             self._lock_ddl(cur)
@@ -479,10 +720,12 @@ class PostgresSink(Sink):
                 )
             self._ensure_batches(cur, schema)
             self._ensure_table(cur, schema, "rows", alter=not self.evolving)
+            if self.table.keyed:
+                self._ensure_keys(cur, schema)
             for kind in KINDS:
                 stage = f"{quoted(schema)}.{quoted(self.stage(batch_id, attempt, kind))}"
                 cur.execute(f"DROP TABLE IF EXISTS {stage}")
-                columns = _columns_sql(self.schema(kind), not_null=False)
+                columns = _columns_sql(self.stage_schema(kind), not_null=False)
                 cur.execute(f"CREATE TABLE {stage} ({columns}, {PART_COLUMN} integer NOT NULL)")
             self._check_insert(cur, schema, self.stage(batch_id, attempt, "rows"))
 
@@ -515,8 +758,22 @@ class PostgresSink(Sink):
     def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:
         """A part COPYed into the attempt's staging table of ``kind``."""
         return _PostgresPart(
-            self, self.stage(batch_id, attempt, kind), part, self.schema(kind), kind
+            self, self.stage(batch_id, attempt, kind), part, self.stage_schema(kind), kind
         )
+
+    def stage_schema(self, kind: Kind = "rows") -> pa.Schema:
+        """The columns of a staging table: :meth:`schema`, and for a keyed table's rows
+        the change columns after the table's (:func:`~airflow_connectors.changes.
+        change_fields`), every table column nullable (a delete carries only the key, a
+        truncate not even that)."""
+        import pyarrow as pa
+
+        from airflow_connectors.changes import change_fields
+
+        schema = self.schema(kind)
+        if kind == "rows" and self.table.keyed:
+            schema = pa.schema([*(f.with_nullable(True) for f in schema), *change_fields()])
+        return schema
 
     def unstorable(self, table: pa.Table) -> list[tuple[int, str]]:
         """Rows holding a NUL character in a text column (PostgreSQL text cannot hold
@@ -545,6 +802,8 @@ class PostgresSink(Sink):
         tables and drop the staging tables. Then drops other attempts' staging tables."""
         with self.transaction(f"publish batch {batch_id}") as cur:
             schema = self.resolve_schema(cur)
+            if self.table.keyed:  # publishers of the table take turns
+                self._lock_keys(cur, schema)
             self._ensure_batches_quietly(cur, schema)
             cur.execute(
                 f"INSERT INTO {quoted(schema)}.{BATCHES_TABLE} "
@@ -600,10 +859,13 @@ class PostgresSink(Sink):
                 target = f"{quoted(schema)}.{quoted(self.target(kind)[1])}"
                 # The staged columns: a batch staged before a later batch added columns
                 # (published after it) has fewer than the table; they stay NULL.
-                names = staged_columns if kind == "rows" else self.schema(kind).names
-                cols = ", ".join(quoted(n) for n in names)
-                cur.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {staged}")
-                counts[kind] = max(int(cur.rowcount), 0)
+                if kind == "rows" and self.table.keyed:
+                    counts[kind] = self._apply_changes(cur, schema, stage, staged_columns, batch_id)
+                else:
+                    names = staged_columns if kind == "rows" else self.schema(kind).names
+                    cols = ", ".join(quoted(n) for n in names)
+                    cur.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {staged}")
+                    counts[kind] = max(int(cur.rowcount), 0)
             cur.execute(f"DROP TABLE {staged}")
         cur.execute(
             f"UPDATE {quoted(schema)}.{BATCHES_TABLE} SET rows = $6, error_rows = $7 "
@@ -611,6 +873,8 @@ class PostgresSink(Sink):
             "AND attempt = $5",
             (*self._key(batch_id, attempt), counts["rows"], counts["errors"]),
         )
+        if self.table.keyed:
+            failpoints.reach("postgres_changes_applied")
 
     def _drop_stages(self, batch_id: int, keep: str | None) -> None:
         """Drops the batch's staging tables but ``keep``'s; best effort (a table an
