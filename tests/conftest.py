@@ -258,3 +258,26 @@ def pg_logical() -> Iterator[Any]:
         pytest.fail(str(e))
     yield cluster
     cluster.stop()
+
+
+# --- issue 25, Debezium: a Kafka Connect worker (standalone) on the session's broker -------
+
+
+@pytest.fixture(scope="session")
+def kafka_connect(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real Kafka Connect worker in standalone mode (connect-runtime and the Debezium
+    PostgreSQL connector from Maven Central's jars; see
+    :mod:`airflow_connectors.testing.kafka_connect`) writing to the session's
+    ``kafka_broker``, value converter JsonConverter with schemas: ``.create_connector``,
+    ``.wait_snapshot``, ``.delete_connector``. Started on first use; tests make connectors
+    of their own (unique names, topic prefixes and slots) and delete them."""
+    from airflow_connectors.testing.kafka_connect import ConnectError, ConnectWorker
+    from airflow_connectors.testing.maven import MavenError
+
+    worker = ConnectWorker(kafka_broker.bootstrap_servers, tmp_path_factory.mktemp("connect"))
+    try:
+        worker.start()
+    except (ConnectError, MavenError) as e:
+        pytest.fail(str(e))
+    yield worker
+    worker.stop()
