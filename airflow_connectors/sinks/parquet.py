@@ -81,6 +81,9 @@ class ParquetSink(Sink):
     name = "parquet"
     Config = ParquetSinkConfig
     config: ParquetSinkConfig
+    #: Parquet folders are appended to: a table with a primary_key (updates, deletes) is
+    #: refused at spec validation, which names the sinks that apply changes.
+    applies_changes = False
 
     def location(self, kind: Kind = "rows") -> str:
         """``path``, or ``<warehouse>/<pipeline>/<table>``; dead letters beside it with ``__errors``."""

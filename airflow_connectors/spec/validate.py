@@ -11,12 +11,14 @@ the caller passes: the spec layer sits below the plugins and imports none of the
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from airflow_connectors.changes import CHANGE_COLUMNS
 from airflow_connectors.spec.errors import (
     SpecError,
     SpecValidationError,
@@ -39,13 +41,27 @@ from airflow_connectors.spec.models import (
     is_valid_column_name,
     is_valid_label,
     is_valid_name,
+    parse_duration,
 )
 from airflow_connectors.spec.plugins import Plugins
 
 M = TypeVar("M", bound=BaseModel)
 
 PIPELINE_KEYS = ("pipeline", "tables", "sql")
-TABLE_KEYS = ("columns", "sink", "connectors", "sql", "schema_hints", "schema_evolution")
+#: The fields of a keyed table (``TableSpec.primary_key`` and the fields it enables).
+KEY_FIELDS = ("primary_key", "sequence_by", "scd_type", "tombstone_retention")
+TABLE_KEYS = (
+    "columns",
+    "sink",
+    "connectors",
+    "sql",
+    "schema_hints",
+    "schema_evolution",
+    *KEY_FIELDS,
+)
+#: Column types a key cannot have: two floats that print alike may differ in their last
+#: bits, and NaN equals nothing, so a key of them would not find its row again.
+UNKEYABLE_TYPES = ("REAL", "DOUBLE")
 SCHEMA_EVOLUTION_MODES = ("add_new_columns", "rescue", "fail_on_new_columns", "none")
 #: The Parquet sink keeps table ``t``'s dead letters in the folder ``t__errors``.
 ERRORS_SUFFIX = "__errors"
@@ -226,14 +242,15 @@ class _Validator:
         for t in tables:
             for rel, problem in t.errors:
                 self.error(["tables", t.name, *rel], problem)
-            out.append(
-                {
-                    "name": t.name,
-                    "columns": t.columns,
-                    "connectors": t.connectors if t.connectors is not None else [],
-                    "_sql": True,
-                }
-            )
+            table: dict[str, Any] = {
+                "name": t.name,
+                "columns": t.columns,
+                "connectors": t.connectors if t.connectors is not None else [],
+                "_sql": True,
+            }
+            if t.primary_key:
+                table["primary_key"] = list(t.primary_key)
+            out.append(table)
         return out
 
     def table(self, path: list[str | int], name: str, doc: Any) -> TableSpec | None:
@@ -255,22 +272,10 @@ class _Validator:
         if not doc.get("_sql"):
             self.unknown_keys(path, doc, TABLE_KEYS)
         if "sql" in doc:
-            if "columns" in doc or "connectors" in doc:
-                self.error([*path, "sql"], "give either 'sql' or 'columns'/'connectors', not both")
+            sql_doc = self.sql_table(path, name, doc)
+            if sql_doc is None:
                 return None
-            parsed = self.sql_tables(str(doc["sql"]), [*path, "sql"])
-            if len(parsed) != 1:
-                self.error(
-                    [*path, "sql"],
-                    f"expected exactly one CREATE TABLE statement, found {len(parsed)}",
-                )
-                return None
-            if parsed[0]["name"] != name.lower() and parsed[0]["name"] != name:
-                self.error(
-                    [*path, "sql"],
-                    f"CREATE TABLE names {parsed[0]['name']!r} but the table key is {name!r}",
-                )
-            doc = {**parsed[0], "sink": doc.get("sink")}
+            doc = sql_doc
         infers = "columns" not in doc and not doc.get("_sql")
         columns: tuple[ColumnSpec, ...] = ()
         if infers:  # inferred from the data on first discovery
@@ -284,13 +289,25 @@ class _Validator:
             [*path, "schema_evolution"], doc.get("schema_evolution")
         )
         sink = self.sink([*path, "sink"], doc.get("sink"))
+        keys, keys_ok = self.keys(
+            path, name, doc, columns, hints=hints or {}, sink=sink, columns_ok=columns_ok
+        )
+        # Key columns are NOT NULL, as under SQL's PRIMARY KEY.
+        columns = _not_null(columns, keys["primary_key"])
+        if not keys_ok:  # the connectors' checks see the key columns the table has
+            declared = {c.name for c in columns}
+            keys = {
+                "primary_key": tuple(
+                    k for k in keys["primary_key"] if not declared or k in declared
+                )
+            }
         # Connectors are checked even when columns or sink are wrong: every problem at once.
         connectors = self.connectors(
-            path, name, columns, doc.get("connectors", []), columns_ok=columns_ok
+            path, name, columns, doc.get("connectors", []), columns_ok=columns_ok, keys=keys
         )
         if connectors is None or not columns_ok or sink is None or hints is None:
             return None
-        if not evolution_ok:
+        if not evolution_ok or not keys_ok:
             return None
         return TableSpec(
             name=name,
@@ -299,7 +316,295 @@ class _Validator:
             connectors=connectors,
             schema_hints=hints,
             schema_evolution=evolution,
+            **keys,
         )
+
+    def sql_table(
+        self, path: list[str | int], name: str, doc: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """The raw table document of a table given as ``{sql: CREATE TABLE ...}``, with
+        the sink and key fields given beside the statement; None when it is unusable."""
+        if "columns" in doc or "connectors" in doc:
+            self.error([*path, "sql"], "give either 'sql' or 'columns'/'connectors', not both")
+            return None
+        parsed = self.sql_tables(str(doc["sql"]), [*path, "sql"])
+        if len(parsed) != 1:
+            self.error(
+                [*path, "sql"],
+                f"expected exactly one CREATE TABLE statement, found {len(parsed)}",
+            )
+            return None
+        if parsed[0]["name"] != name.lower() and parsed[0]["name"] != name:
+            self.error(
+                [*path, "sql"],
+                f"CREATE TABLE names {parsed[0]['name']!r} but the table key is {name!r}",
+            )
+        # Feldera's SQL has no sequence_by (nor the other key fields): they sit beside the
+        # statement, as the sink does.
+        given = {k: doc[k] for k in KEY_FIELDS if k in doc}
+        if "primary_key" in given and "primary_key" in parsed[0]:
+            self.error(
+                [*path, "primary_key"],
+                f"CREATE TABLE {parsed[0]['name']} declares a PRIMARY KEY already; give the "
+                "key either in the SQL or as primary_key, not both",
+            )
+            del given["primary_key"]
+        return {**parsed[0], **given, "sink": doc.get("sink")}
+
+    def keys(
+        self,
+        path: list[str | int],
+        table: str,
+        doc: Mapping[str, Any],
+        columns: tuple[ColumnSpec, ...],
+        *,
+        hints: Mapping[str, str],
+        sink: SinkSpec | None,
+        columns_ok: bool,
+    ) -> tuple[dict[str, Any], bool]:
+        """The table's :data:`KEY_FIELDS` as :class:`TableSpec` takes them (what could be
+        read of them, even when some are wrong: the connectors' checks see the key) and
+        whether they are all valid.
+
+        Declared columns are checked here: the key and ``sequence_by`` columns must be
+        among them, a key column only once and not of a floating-point type. A table
+        whose columns are inferred has its key and ``sequence_by`` names checked by the
+        engine when it infers them (``engine/schema.py``); here only the types its
+        ``schema_hints`` pin for key columns."""
+        check_names = columns_ok and bool(columns)
+        key, ok = self.primary_key([*path, "primary_key"], doc.get("primary_key"))
+        ok = self.key_columns(table, key, columns, hints, check_names=check_names) and ok
+        names = tuple(k for k, _ in key)
+        keyed = bool(names)
+        if keyed and check_names:
+            for c in columns:
+                if c.name in CHANGE_COLUMNS:
+                    self.error(
+                        [*path, "columns", c.name],
+                        f"column {c.name!r} is reserved in a table with a primary_key (its "
+                        f"changes carry {', '.join(CHANGE_COLUMNS)} beside the columns); "
+                        "rename the column",
+                    )
+                    ok = False
+        sequence_by, sequence_ok = self.sequence_by(
+            [*path, "sequence_by"], table, doc.get("sequence_by"), names, columns, check_names
+        )
+        ok = sequence_ok and ok
+        scd_type, scd_ok = self.scd_type([*path, "scd_type"], table, doc.get("scd_type"), keyed)
+        ok = scd_ok and ok
+        retention, retention_ok = self.tombstone_retention(
+            [*path, "tombstone_retention"], table, doc.get("tombstone_retention"), keyed
+        )
+        ok = retention_ok and ok
+        if keyed and sink is not None:
+            # A table of a spec's top-level sql has no place for a sink.
+            in_sql = bool(doc.get("_sql")) and "sink" not in doc
+            ok = self.key_sink([*path, "primary_key"], table, sink, in_sql=in_sql) and ok
+        out: dict[str, Any] = {"primary_key": names, "sequence_by": sequence_by}
+        if scd_type is not None:
+            out["scd_type"] = scd_type
+        if retention is not None:
+            out["tombstone_retention"] = retention
+        return out, ok
+
+    def key_columns(
+        self,
+        table: str,
+        key: list[tuple[str, list[str | int]]],
+        columns: tuple[ColumnSpec, ...],
+        hints: Mapping[str, str],
+        *,
+        check_names: bool,
+    ) -> bool:
+        """Whether each key column is named once, is declared (when ``check_names``) and
+        has a type a key can have (declared, or pinned by a schema hint)."""
+        ok = True
+        by_name = {c.name: c for c in columns}
+        seen: set[str] = set()
+        for kname, kpath in key:
+            if kname.lower() in seen:
+                self.error(
+                    kpath,
+                    f"column {kname!r} appears twice in primary_key; name each key column once",
+                )
+                ok = False
+                continue
+            seen.add(kname.lower())
+            if check_names and kname not in by_name:
+                self.error(kpath, self.undeclared("primary_key", kname, table, columns))
+                ok = False
+                continue
+            kind = by_name[kname].type.kind if kname in by_name else _hinted_kind(hints, kname)
+            if kind in UNKEYABLE_TYPES:
+                self.error(
+                    kpath,
+                    f"key column {kname!r} is {kind}, and a floating-point column cannot be a "
+                    "key (values that print alike may differ in their last bits, NaN equals "
+                    "nothing); key on an integer, DECIMAL or VARCHAR column",
+                )
+                ok = False
+        return ok
+
+    def key_sink(self, path: list[str | int], table: str, sink: SinkSpec, *, in_sql: bool) -> bool:
+        """Whether the keyed table's sink can apply changes; reports the sinks that can.
+        ``in_sql``: the table comes from a spec's top-level ``sql``, which cannot name a
+        sink: the remedy says where to give one."""
+        if _applies_changes(self.plugins, sink.name):
+            return True
+        others = [n for n in self.plugins.sinks.names() if _applies_changes(self.plugins, n)]
+        first = others[0] if others else "delta"
+        where = (
+            f"give the table in a YAML spec as tables: {{{table}: {{sql: <its CREATE TABLE>, "
+            f"sink: {{name: {first}}}}}}}"
+            if in_sql
+            else f"give the table a sink that applies changes: sink: {{name: {first}}}"
+        )
+        self.error(
+            path,
+            f"table {table!r} has a primary key, and the {sink.name} sink only appends rows "
+            f"(it cannot update or delete them); {where}"
+            + (f" (or {', '.join(others[1:])})" if len(others) > 1 else "")
+            + ", or remove the primary key to append every record",
+        )
+        return False
+
+    def primary_key(
+        self, path: list[str | int], doc: Any
+    ) -> tuple[list[tuple[str, list[str | int]]], bool]:
+        """``primary_key``: one column name or a list of them, each with the path of
+        where it was given; an empty list is no key."""
+        if doc is None:
+            return [], True
+        if isinstance(doc, str):
+            items: list[tuple[Any, list[str | int]]] = [(doc, path)]
+        elif isinstance(doc, list | tuple):
+            items = [(v, [*path, i]) for i, v in enumerate(doc)]
+        else:
+            self.error(
+                path,
+                "expected the column that identifies a row, or a list of them, such as "
+                f"[id] or [tenant, id]; got {describe(doc)}",
+            )
+            return [], False
+        out: list[tuple[str, list[str | int]]] = []
+        ok = True
+        for value, vpath in items:
+            if not isinstance(value, str) or not is_valid_column_name(value):
+                self.error(vpath, f"expected a column name in primary_key, got {describe(value)}")
+                ok = False
+                continue
+            out.append((value, vpath))
+        return out, ok
+
+    def undeclared(self, field: str, name: str, table: str, columns: tuple[ColumnSpec, ...]) -> str:
+        """The message for a ``field`` naming a column the table does not declare."""
+        same = [c.name for c in columns if c.name.lower() == name.lower()]
+        hint = (
+            f" (did you mean {same[0]!r}?)"
+            if same
+            else did_you_mean(name, [c.name for c in columns])
+        )
+        return (
+            f"{field} names column {name!r}, which table {table!r} does not declare{hint}; "
+            f"its columns: {', '.join(c.name for c in columns)}"
+        )
+
+    def sequence_by(
+        self,
+        path: list[str | int],
+        table: str,
+        doc: Any,
+        key: tuple[str, ...],
+        columns: tuple[ColumnSpec, ...],
+        check_names: bool,
+    ) -> tuple[str | None, bool]:
+        """``sequence_by``: a column of a keyed table that is not a key column."""
+        if doc is None:
+            return None, True
+        if not isinstance(doc, str) or not is_valid_column_name(doc):
+            self.error(
+                path,
+                "expected the column that orders two changes of one key (a Kafka offset, an "
+                f"LSN, an updated_at), got {describe(doc)}",
+            )
+            return None, False
+        if not key:
+            self.error(
+                path,
+                f"sequence_by orders the changes of one key, and table {table!r} has no "
+                "primary_key; add primary_key: [<column>, ...] or remove sequence_by",
+            )
+            return doc, False
+        if check_names and doc not in {c.name for c in columns}:
+            self.error(path, self.undeclared("sequence_by", doc, table, columns))
+            return doc, False
+        if doc.lower() in {k.lower() for k in key}:
+            self.error(
+                path,
+                f"sequence_by column {doc!r} is part of the primary_key, so every change of a "
+                "key has the same sequence; name a column that grows with each change (an "
+                "offset, an LSN, an updated_at)",
+            )
+            return doc, False
+        return doc, True
+
+    def scd_type(
+        self, path: list[str | int], table: str, doc: Any, keyed: bool
+    ) -> tuple[int | None, bool]:
+        """``scd_type``: 1 or 2; 2 only with a key."""
+        if doc is None:
+            return None, True
+        if isinstance(doc, bool) or doc not in (1, 2):
+            self.error(
+                path,
+                "scd_type must be 1 (the table holds each key's latest row) or 2 (it keeps "
+                f"every version of a row), got {describe(doc)}",
+            )
+            return None, False
+        if doc == 2 and not keyed:
+            self.error(
+                path,
+                f"scd_type 2 keeps the history of each key, and table {table!r} has no "
+                "primary_key; add primary_key: [<column>, ...] or remove scd_type",
+            )
+            return int(doc), False
+        return int(doc), True
+
+    def tombstone_retention(
+        self, path: list[str | int], table: str, doc: Any, keyed: bool
+    ) -> tuple[datetime.timedelta | None, bool]:
+        """``tombstone_retention``: a positive duration (``"7d"``, ``"12h"``, seconds, or
+        ISO 8601 as a stored spec holds it), for a keyed table."""
+        if doc is None:
+            return None, True
+        value: datetime.timedelta | None = None
+        if isinstance(doc, datetime.timedelta):
+            value = doc
+        elif isinstance(doc, str) and not doc.lstrip().upper().startswith("P"):
+            try:
+                value = parse_duration(doc)
+            except ValueError:
+                value = None
+        elif isinstance(doc, str | int | float) and not isinstance(doc, bool):
+            try:
+                value = TypeAdapter(datetime.timedelta).validate_python(doc)
+            except ValidationError:
+                value = None
+        if value is None or value.total_seconds() <= 0:
+            self.error(
+                path,
+                "tombstone_retention must be a positive duration such as '7d', '12h' or "
+                f"'30m' (how long a deleted key is remembered), got {describe(doc)}",
+            )
+            return None, False
+        if not keyed:
+            self.error(
+                path,
+                f"tombstone_retention applies to deleted keys, and table {table!r} has no "
+                "primary_key; add primary_key: [<column>, ...] or remove tombstone_retention",
+            )
+            return value, False
+        return value, True
 
     def inferable(self, path: list[str | int], doc: Any) -> bool:
         """Whether every connector of a table without ``columns`` reads a format whose
@@ -460,8 +765,11 @@ class _Validator:
         doc: Any,
         *,
         columns_ok: bool,
+        keys: Mapping[str, Any],
     ) -> tuple[ConnectorSpec, ...] | None:
         path = [*tpath, "connectors"]
+        # The table as its connectors' checks see it (a format may need the key).
+        shape = TableSpec(name=table, columns=columns, **keys)
         if not isinstance(doc, list):
             self.error(path, f"expected a list of connectors, got {describe(doc)}")
             return None
@@ -500,7 +808,7 @@ class _Validator:
                     self.parsed.append((table, i, partial))
                     _resolve_connector(
                         partial,
-                        TableSpec(name=table, columns=columns),
+                        shape,
                         self.plugins,
                         self.base_dir,
                         cpath,
@@ -514,7 +822,7 @@ class _Validator:
             self.parsed.append((table, i, spec))
             spec = _resolve_connector(
                 spec,
-                TableSpec(name=table, columns=columns),
+                shape,
                 self.plugins,
                 self.base_dir,
                 cpath,
@@ -582,6 +890,34 @@ class _Validator:
 
     def model(self, path: list[str | int], cls: type[M], doc: Any) -> M | None:
         return validated(path, cls, doc, self.errors)
+
+
+def _not_null(columns: tuple[ColumnSpec, ...], key: Sequence[str]) -> tuple[ColumnSpec, ...]:
+    """``columns`` with the key columns NOT NULL."""
+    names = set(key)
+    return tuple(
+        c.model_copy(update={"nullable": False}) if c.name in names and c.nullable else c
+        for c in columns
+    )
+
+
+def _hinted_kind(hints: Mapping[str, str], column: str) -> str | None:
+    """The type kind a schema hint pins for ``column``; None without a (valid) hint (a
+    bad hint is reported with the hints)."""
+    from airflow_connectors.spec.types import parse_type
+
+    if column not in hints:
+        return None
+    try:
+        return parse_type(hints[column])[0].kind
+    except ValueError:
+        return None
+
+
+def _applies_changes(plugins: Plugins, sink: str) -> bool:
+    """Whether the sink ``sink`` can apply changes (updates and deletes) to a keyed
+    table: its class's ``applies_changes`` (a sink that only appends says False)."""
+    return bool(getattr(plugins.sinks.get(sink), "applies_changes", True))
 
 
 def _resolve_connector(
