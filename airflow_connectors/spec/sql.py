@@ -1,5 +1,10 @@
 """Feldera SQL DDL: ``CREATE TABLE t (...) WITH ('connectors' = '[...]')``, parsed with
-sqlglot (a real SQL parser) into the same raw table documents YAML specs produce."""
+sqlglot (a real SQL parser) into the same raw table documents YAML specs produce.
+
+A primary key is written as Feldera (and SQL) write it: on a column (``id BIGINT NOT NULL
+PRIMARY KEY``) or for the table (``PRIMARY KEY (tenant, id)``, optionally named with
+``CONSTRAINT pk``); it becomes the table's ``primary_key``. Other table constraints
+(``FOREIGN KEY``, ``UNIQUE``) are ignored, as Feldera ignores them."""
 
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ class SqlTable:
     name: str
     columns: dict[str, str | tuple[Any, bool]]  # name -> (SqlType, nullable) or error text
     connectors: Any = None  # the parsed JSON value of the 'connectors' property
+    #: The ``PRIMARY KEY`` columns (column-level or table-level), None when there is none.
+    primary_key: list[str] | None = None
     errors: list[tuple[tuple[str, ...], str]] = field(default_factory=list)  # (path, message)
 
 
@@ -61,10 +68,31 @@ def _create_table(stmt: exp.Create) -> SqlTable:
 
     table_id = stmt.this.this
     table = SqlTable(_ident(table_id.this), {})  # the Identifier knows if it was quoted
+    keys: list[tuple[str, list[str]]] = []  # (how it was written, columns) per PRIMARY KEY
     for col in stmt.this.expressions:
-        if not isinstance(col, exp.ColumnDef):
-            continue  # table constraints such as PRIMARY KEY (a, b)
-        _add_column(table, col)
+        if isinstance(col, exp.ColumnDef):
+            _add_column(table, col)
+            if any(isinstance(c.kind, exp.PrimaryKeyColumnConstraint) for c in col.constraints):
+                name = _ident(col.this)
+                keys.append((f"column {name} PRIMARY KEY", [name]))
+            continue
+        key = col if isinstance(col, exp.PrimaryKey) else None
+        if isinstance(col, exp.Constraint):  # CONSTRAINT name PRIMARY KEY (a, b)
+            key = next((e for e in col.expressions if isinstance(e, exp.PrimaryKey)), None)
+        if key is not None:  # other table constraints (FOREIGN KEY, UNIQUE) are ignored
+            names = [_ident(e) for e in key.expressions]
+            keys.append((f"PRIMARY KEY ({', '.join(names)})", names))
+    if len(keys) > 1:
+        table.errors.append(
+            (
+                ("primary_key",),
+                f"CREATE TABLE {table.name} declares {len(keys)} primary keys "
+                f"({'; '.join(k for k, _ in keys)}); a table has one: list every key column "
+                "in one PRIMARY KEY (a, b)",
+            )
+        )
+    elif keys:
+        table.primary_key = keys[0][1]
     props = stmt.args.get("properties")
     for prop in props.expressions if props else []:
         _add_property(table, prop)
