@@ -12,6 +12,14 @@
         .connector("files", transport={...}, format={...})
     )
 
+A keyed table takes changes (upserts, updates, deletes) instead of appending rows::
+
+    Pipeline("shop").table(
+        "customers",
+        columns={"id": "BIGINT", "name": "VARCHAR", "lsn": "BIGINT"},
+        primary_key=["id"], sequence_by="lsn", sink={"name": "delta"},
+    )
+
 ``table()`` returns the table's builder; its ``connector()`` returns the same table
 builder, so connectors chain, and its ``table()`` starts the pipeline's next table.
 Every keyword is a field of the YAML spec, under the same name and in the same shape
@@ -28,8 +36,9 @@ Hand the builder (either object of a chain) to ``ConnectorPipeline`` or
 
 from __future__ import annotations
 
+import datetime
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +59,9 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, os.PathLike):
         return os.fspath(value)
+    if isinstance(value, datetime.timedelta):  # as YAML writes a duration
+        seconds = value.total_seconds()
+        return f"{int(seconds) if seconds.is_integer() else seconds}s"
     return value
 
 
@@ -89,12 +101,28 @@ class Pipeline:
         columns: Mapping[str, str] | None = None,
         sink: Mapping[str, Any] | None = None,
         sql: str | None = None,
+        primary_key: str | Sequence[str] | None = None,
+        sequence_by: str | None = None,
+        scd_type: int | None = None,
+        tombstone_retention: str | datetime.timedelta | None = None,
         **fields: Any,
     ) -> TableBuilder:
         """Add the table ``name`` and return its builder. ``columns`` (name -> SQL type,
-        omitted: inferred), ``sink``, ``sql`` (one CREATE TABLE) and any further table
-        field of the spec (``schema_hints``, ``schema_evolution``...)."""
-        doc = _fields(columns=columns, sink=sink, sql=sql, **fields)
+        omitted: inferred), ``sink``, ``sql`` (one CREATE TABLE), the key fields
+        (``primary_key``: the columns that identify a row, so the table takes changes;
+        ``sequence_by``, ``scd_type``, ``tombstone_retention``: a duration such as
+        ``"7d"`` or a ``timedelta``) and any further table field of the spec
+        (``schema_hints``, ``schema_evolution``...)."""
+        doc = _fields(
+            columns=columns,
+            sink=sink,
+            sql=sql,
+            primary_key=primary_key,
+            sequence_by=sequence_by,
+            scd_type=scd_type,
+            tombstone_retention=tombstone_retention,
+            **fields,
+        )
         if name in self._tables:
             self._problems.append(
                 SpecError(path_str(["tables", str(name)]), f"table {name!r} is defined twice")
@@ -166,10 +194,24 @@ class TableBuilder:
         columns: Mapping[str, str] | None = None,
         sink: Mapping[str, Any] | None = None,
         sql: str | None = None,
+        primary_key: str | Sequence[str] | None = None,
+        sequence_by: str | None = None,
+        scd_type: int | None = None,
+        tombstone_retention: str | datetime.timedelta | None = None,
         **fields: Any,
     ) -> TableBuilder:
         """The pipeline's next table (:meth:`Pipeline.table`)."""
-        return self._pipeline.table(name, columns=columns, sink=sink, sql=sql, **fields)
+        return self._pipeline.table(
+            name,
+            columns=columns,
+            sink=sink,
+            sql=sql,
+            primary_key=primary_key,
+            sequence_by=sequence_by,
+            scd_type=scd_type,
+            tombstone_retention=tombstone_retention,
+            **fields,
+        )
 
     def document(self) -> dict[str, Any]:
         """The pipeline's document (:meth:`Pipeline.document`)."""
