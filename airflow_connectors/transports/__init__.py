@@ -16,6 +16,9 @@ TRANSPORTS = Registry(
         ),
         "gcs_input": "airflow_connectors.transports.gcs_input:GcsInputTransport",
         "postgres_input": "airflow_connectors.transports.postgres_input:PostgresInputTransport",
+        "postgres_cdc_input": (
+            "airflow_connectors.transports.postgres_cdc_input:PostgresCdcInputTransport"
+        ),
         "nats_input": "airflow_connectors.transports.nats_input:NatsInputTransport",
         "kafka_input": "airflow_connectors.transports.kafka_input:KafkaInputTransport",
         "delta_table_input": (
