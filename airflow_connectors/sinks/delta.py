@@ -24,8 +24,24 @@ staged files (an add-files commit keeps the table's schema): its rows are writte
 by delta-rs with ``schema_mode="merge"``, in ONE commit that changes the schema, adds the
 rows and records the app transaction; earlier files read the new columns as null.
 
-Fail point ``delta_committed``: after the Delta commit of the rows, before the state
-store records the batch published.
+A keyed table (``primary_key``) takes changes (:mod:`airflow_connectors.changes`) and
+publishes them instead of adding files. Under the table's publish lock
+(:func:`~airflow_connectors.sinks.changes.table_lock`), unless the batch is recorded: the
+attempt's staged parts are read, collapsed per key and resolved against the key-state
+table ``<path>__keys`` (a Delta table beside the table: per key the mark of its last
+change and whether it deleted the key; read by a semi-join of its files with the batch's
+keys). The key states are committed first (one MERGE; tombstones older than the table's
+``tombstone_retention`` go), then the table: ONE delta-rs MERGE on the key columns
+(deletes, then updates and inserts; a truncate deletes the rows no change of the batch
+names, in the same MERGE) that records the batch as the connector's app transaction, and
+adds the columns a widened batch brought (``merge_schema``). A batch that changes nothing
+is recorded by an empty commit. A crash between the two commits re-applies the batch on
+the re-run (its marks equal the stored ones). The staged parts are never added (the MERGE
+writes files of its own) and are dropped after the commit.
+
+Fail points: ``delta_keys_committed`` (a keyed table: after the key-state commit, before
+the MERGE) and ``delta_committed`` (after the Delta commit of the rows, before the state
+store records the batch published).
 """
 
 from __future__ import annotations
@@ -40,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from airflow_connectors import failpoints
+from airflow_connectors.changes import CHANGE_COLUMNS, ORDER
 from airflow_connectors.sinks import _fs
 from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkConfig, SinkUnwritable
 from airflow_connectors.sinks.parts import ParquetPart, blocker
@@ -56,6 +73,10 @@ HISTORY_MARGIN_MS = 3_600_000
 _AZURE_SECRETS = ("AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN")
 #: Times publish re-reads the table after a conflicting concurrent commit.
 MAX_CONFLICTS = 20
+#: The key-state table of a keyed table is ``<location>__keys``.
+KEYS_SUFFIX = "__keys"
+#: The column of a keyed batch's MERGE source that marks a row to delete.
+DELETE_FLAG = "__airflow_connectors_delete"
 
 REMEDY = (
     "make it writable, or point the warehouse (--warehouse, [connectors] warehouse) or "
@@ -286,9 +307,16 @@ class DeltaSink(Sink):
     def publish(self, batch_id: int, attempt: str) -> None:
         """Commits the attempt's dead letters, then its rows, each in one Delta commit
         recording the batch as the connector's app transaction; a batch already
-        recorded is not added again. Then removes other attempts of the batch."""
+        recorded is not added again. Then removes other attempts of the batch. A keyed
+        table's changes are merged instead (:meth:`_publish_changes`)."""
         self.merged = False
         self._commit("errors", batch_id, attempt)
+        if self.table.keyed:
+            self._publish_changes(batch_id, attempt)
+            failpoints.reach("delta_committed")
+            for kind in KINDS:  # MERGE wrote the rows anew: no staged file is listed
+                self._drop_attempts(kind, batch_id, keep=None)
+            return
         self._commit("rows", batch_id, attempt)
         failpoints.reach("delta_committed")
         for kind in KINDS:
@@ -511,6 +539,323 @@ class DeltaSink(Sink):
         )
         self.merged = True
 
+    # -- keyed tables: changes -----------------------------------------------------
+
+    def keys_location(self) -> str:
+        """Where the key-state table of a keyed table goes: ``<location>__keys``, a Delta
+        table beside the table (:func:`airflow_connectors.sinks.changes.state_schema`)."""
+        return f"{self.location('rows')}{KEYS_SUFFIX}"
+
+    def _publish_changes(self, batch_id: int, attempt: str) -> None:
+        """Apply a keyed table's batch: under the table's publish lock, unless the batch
+        is recorded already, collapse its staged changes per key, resolve them against
+        the key-state table, commit the key states, then ONE MERGE into the table that
+        records the batch as the connector's app transaction."""
+        from deltalake.exceptions import CommitFailedError, DeltaError
+
+        from airflow_connectors.sinks import changes as ch
+
+        with ch.table_lock(self):
+            for _ in range(MAX_CONFLICTS):
+                try:
+                    if self._apply_changes(batch_id, attempt):
+                        return
+                except CommitFailedError:
+                    continue  # another writer committed meanwhile: read everything again
+                except DeltaError as e:
+                    raise SinkUnwritable(
+                        f"table {self.table.name}: cannot merge batch {batch_id} into the "
+                        f"Delta table at {self.location()}: {_why(e)}"
+                    ) from e
+                except OSError as e:
+                    raise SinkUnwritable(
+                        f"table {self.table.name}: cannot merge batch {batch_id} into the "
+                        f"Delta table at {self.location()}: {_why(e)}; {REMEDY}"
+                    ) from e
+        raise SinkUnwritable(
+            f"table {self.table.name}: batch {batch_id} met {MAX_CONFLICTS} conflicting "
+            f"concurrent commits to {self.location()}; the next run retries it"
+        )
+
+    def _apply_changes(self, batch_id: int, attempt: str) -> bool:
+        """One try of :meth:`_publish_changes` (the lock held); True when done."""
+        from airflow_connectors.sinks import changes as ch
+
+        dt = self._open("rows")
+        parts = self._parts("rows", batch_id, attempt)
+        if dt is not None and self._recorded(dt, batch_id, attempt, parts):
+            return True
+        if dt is None:
+            dt = self._create_empty("rows")
+        self._check_schema(dt, "rows")
+        self._declare_invariants(dt)
+        staged = self._read_staged(parts)
+        if staged is None or staged.num_rows == 0:
+            return True  # nothing to apply (an empty batch still creates the table)
+        new_columns = [c for c in self._new_columns(dt, parts) if c not in CHANGE_COLUMNS]
+        collapsed = ch.collapse(staged, self.table, batch_id)
+        del staged
+        sdt = self._open_state()
+        state = self._dataset(sdt, self.keys_location(), ch.state_schema(self.table))
+        known = self._known(state, collapsed)
+        now = int(time.time() * 1000)
+        resolved = ch.resolve(
+            collapsed, known, lambda keys: self._current(dt, keys), self.table, now_ms=now
+        )
+        del collapsed, known
+        wipe, truncated = self._truncation(state, resolved)
+        self._commit_state(sdt, state, resolved, now)
+        failpoints.reach("delta_keys_committed")
+        self._merge(dt, resolved, truncated, wipe, bool(new_columns), batch_id, attempt)
+        self.merged = bool(new_columns)
+        return True
+
+    def _create_empty(self, kind: Kind) -> DeltaTable:
+        """An empty Delta table at ``location(kind)`` (no app transaction: the batch is
+        recorded by its MERGE), or the one another publisher created first."""
+        from deltalake import DeltaTable, Schema
+
+        uri = self.location(kind)
+        return DeltaTable.create(
+            uri,
+            Schema.from_arrow(self.schema(kind)),
+            mode="ignore",
+            name=self.table.name,
+            storage_options=storage_options(uri),
+        )
+
+    def _open_state(self) -> DeltaTable:
+        """The key-state table, created empty when there is none yet."""
+        from deltalake import DeltaTable, Schema
+        from deltalake.exceptions import TableNotFoundError
+
+        from airflow_connectors.sinks import changes as ch
+
+        uri = self.keys_location()
+        options = storage_options(uri)
+        try:
+            return DeltaTable(uri, storage_options=options)
+        except TableNotFoundError:
+            pass
+        sdt = DeltaTable.create(
+            uri,
+            Schema.from_arrow(ch.state_schema(self.table)),
+            mode="ignore",
+            name=f"{self.table.name}{KEYS_SUFFIX}",
+            storage_options=options,
+        )
+        self._declare_invariants(sdt)
+        return sdt
+
+    def _dataset(self, dt: DeltaTable, uri: str, schema: pa.Schema | None = None) -> Any:
+        """The current version of a Delta table as a pyarrow dataset of its files (with
+        ``schema``, else the table's: files written before a column was added read it
+        as null)."""
+        import pyarrow as pa
+        import pyarrow.dataset as ds
+
+        if dt.metadata().partition_columns or dt.protocol().reader_features:
+            return dt.to_pyarrow_dataset()  # a table this sink did not write alone
+        fs, _ = _fs.filesystem(uri)
+        paths = [_path_in_filesystem(u) for u in dt.file_uris()]
+        if schema is None:
+            schema = pa.schema(dt.schema().to_arrow())
+        return ds.dataset(paths, schema=schema, format="parquet", filesystem=fs)
+
+    def _read_staged(self, parts: list[_Part]) -> pa.Table | None:
+        """The attempt's staged changes (the table's columns and the change columns)."""
+        import pyarrow.dataset as ds
+
+        if not parts:
+            return None
+        fs, root = _fs.filesystem(self.location("rows"))
+        paths = [f"{root}/{p.path}" for p in parts]
+        return ds.dataset(paths, format="parquet", filesystem=fs).to_table()
+
+    def _known(self, state: Any, collapsed: pa.Table) -> pa.Table:
+        """The key-state rows of ``collapsed``'s keys and the floor row: a semi-join of
+        the state table's files with the batch's keys (streamed, never one predicate
+        naming every key)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        keys = list(self.table.primary_key)
+        wanted = collapsed.select(keys).filter(pc.is_valid(collapsed.column(keys[0])))
+        parts = [state.to_table(filter=ds.field(keys[0]).is_null())]
+        if wanted.num_rows:
+            parts.append(state.join(ds.dataset(wanted), keys, join_type="left semi").to_table())
+        return pa.concat_tables([p.cast(state.schema) for p in parts])
+
+    def _current(self, dt: DeltaTable, keys: pa.Table) -> pa.Table:
+        """The table's rows of ``keys`` now (for partial updates), in the table's schema
+        (columns the Delta table lacks yet read as null)."""
+        import pyarrow as pa
+        import pyarrow.dataset as ds
+
+        names = list(keys.column_names)
+        rows = (
+            self._dataset(dt, self.location())
+            .join(ds.dataset(keys), names, join_type="left semi")
+            .to_table()
+        )
+        schema = self.schema("rows")
+        columns = {
+            f.name: rows.column(f.name) if f.name in rows.column_names else pa.nulls(rows.num_rows)
+            for f in schema
+        }
+        return pa.table(
+            {n: c.cast(schema.field(n).type) for n, c in columns.items()},
+        )
+
+    def _truncation(self, state: Any, resolved: Any) -> tuple[bool, pa.Table | None]:
+        """What the batch's truncate removes: ``(True, None)`` when every row the table
+        holds goes (no key state newer than the truncate: the MERGE deletes the rows no
+        change of the batch names), else ``(False, keys)``: the keys whose last change
+        is older than the truncate (a later batch published first keeps its rows).
+        ``(False, None)`` without a truncate."""
+        import pyarrow.compute as pc
+
+        from airflow_connectors.sinks import changes as ch
+
+        if resolved.truncate is None:
+            return False, None
+        keys = list(self.table.primary_key)
+        every = state.to_table(columns=[*keys, ch.BATCH, ORDER, ch.DELETED])
+        every = every.filter(pc.is_valid(every.column(keys[0])))
+        b, o = every.column(ch.BATCH), every.column(ORDER)
+        mark_b, mark_o = resolved.truncate
+        older = pc.or_(pc.less(b, mark_b), pc.and_(pc.equal(b, mark_b), pc.less(o, mark_o)))
+        live_newer = pc.and_(pc.invert(older), pc.invert(every.column(ch.DELETED)))
+        if not pc.any(live_newer).as_py():
+            return True, None
+        # Tombstones too: a batch whose key states committed but whose MERGE a crash
+        # stopped may still have the row in the table (deleting a missing row is a no-op).
+        return False, every.filter(older).select(keys)
+
+    def _commit_state(self, sdt: DeltaTable, state: Any, resolved: Any, now_ms: int) -> None:
+        """Upsert the batch's key-state rows (one MERGE): a key's row is replaced, a new
+        floor row replaces the old one, tombstones older than the table's
+        ``tombstone_retention`` go."""
+        import pyarrow.dataset as ds
+
+        from airflow_connectors.sinks import changes as ch
+
+        keys = list(self.table.primary_key)
+        k0 = _quote(keys[0])
+        cutoff = ch.tombstone_cutoff_ms(self.table, now_ms)
+        drop = []
+        if resolved.truncate is not None:
+            drop.append(f"t.{k0} IS NULL")
+        expired = (
+            ds.field(ch.DELETED) & (ds.field(ch.CHANGED_MS) < cutoff) & ds.field(keys[0]).is_valid()
+        )
+        if state.count_rows(filter=expired):
+            drop.append(
+                f"(t.{_quote(ch.DELETED)} AND t.{_quote(ch.CHANGED_MS)} < {cutoff} "
+                f"AND t.{k0} IS NOT NULL)"
+            )
+        if resolved.state.num_rows == 0 and not drop:
+            return
+        merger = sdt.merge(
+            resolved.state,
+            _key_predicate(keys),
+            source_alias="s",
+            target_alias="t",
+            writer_properties=self._writer_properties(),
+            commit_properties=_plain_commit(),
+        )
+        merger = merger.when_matched_update_all().when_not_matched_insert_all()
+        if drop:
+            merger = merger.when_not_matched_by_source_delete(" OR ".join(drop))
+        merger.execute()
+
+    def _merge(
+        self,
+        dt: DeltaTable,
+        resolved: Any,
+        truncated: pa.Table | None,
+        wipe: bool,
+        new_columns: bool,
+        batch_id: int,
+        attempt: str,
+    ) -> None:
+        """The batch's deletes and upserts (and truncate) in ONE Delta MERGE that records
+        the batch as the connector's app transaction; a batch that changes nothing is
+        recorded by an empty commit."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        source = self._merge_source(resolved, truncated)
+        version = max(batch_id, dt.transaction_version(self.app_id) or -1)
+        properties = self._properties(batch_id, attempt, version, retries=0)
+        before = dt.version()
+        if source.num_rows or wipe:
+            flag = _quote(DELETE_FLAG)
+            merger = dt.merge(
+                source,
+                _key_predicate(list(self.table.primary_key)),
+                source_alias="s",
+                target_alias="t",
+                merge_schema=new_columns,
+                writer_properties=self._writer_properties(),
+                streamed_exec=False,  # source statistics prune the table's files
+                commit_properties=properties,
+            )
+            merger = merger.when_matched_delete(f"s.{flag}")
+            if pc.any(pc.invert(source.column(DELETE_FLAG))).as_py():
+                merger = merger.when_matched_update_all(
+                    f"NOT s.{flag}", except_cols=[DELETE_FLAG]
+                ).when_not_matched_insert_all(f"NOT s.{flag}", except_cols=[DELETE_FLAG])
+            if wipe:
+                merger = merger.when_not_matched_by_source_delete()
+            merger.execute()
+        after = self._open("rows") or dt
+        if after.version() == before:
+            # A batch that changes nothing (all stale, or a MERGE with nothing to do)
+            # makes no commit of its own: record it with an empty one.
+            after.create_write_transaction(
+                [], "append", pa.schema(after.schema().to_arrow()), commit_properties=properties
+            )
+
+    def _merge_source(self, resolved: Any, truncated: pa.Table | None) -> pa.Table:
+        """The MERGE's source: the upserts, then the deleted keys, with the flag
+        :data:`DELETE_FLAG`. Its columns keep the table's nullability (a schema-merging
+        MERGE takes the source's), so a deleted key's NOT NULL columns hold zeros that
+        are never written."""
+        import pyarrow as pa
+
+        keys = list(self.table.primary_key)
+        schema = pa.schema([*self.schema("rows"), pa.field(DELETE_FLAG, pa.bool_(), False)])
+        deletes = resolved.deletes.select(keys)
+        if truncated is not None and truncated.num_rows:
+            named = pa.concat_tables(
+                [resolved.upserts.select(keys), deletes.cast(resolved.upserts.select(keys).schema)]
+            )
+            gone = truncated.join(named, keys, join_type="left anti", use_threads=False)
+            deletes = pa.concat_tables([deletes, gone.select(keys).cast(deletes.schema)])
+        n_up, n_del = resolved.upserts.num_rows, deletes.num_rows
+        columns = []
+        for f in schema:
+            if f.name == DELETE_FLAG:
+                flags = pa.array([False] * n_up + [True] * n_del, pa.bool_())
+                columns.append(pa.chunked_array([flags]))
+                continue
+            up = resolved.upserts.column(f.name).cast(f.type)
+            if f.name in keys:
+                down = deletes.column(f.name).cast(f.type)
+            else:
+                filler = pa.nulls(n_del, f.type) if f.nullable else _zeros(f.type, n_del)
+                down = pa.chunked_array([filler], f.type)
+            columns.append(pa.chunked_array(up.chunks + down.chunks, f.type))
+        return pa.Table.from_arrays(columns, schema=schema)
+
+    def _writer_properties(self) -> Any:
+        from deltalake import WriterProperties
+
+        codec = self.config.compression.upper()
+        return WriterProperties(compression="UNCOMPRESSED" if codec == "NONE" else codec)  # type: ignore[arg-type]
+
     # -- discard -------------------------------------------------------------------
 
     def _drop_attempts(self, kind: Kind, batch_id: int, keep: str | None) -> None:
@@ -557,6 +902,46 @@ class DeltaSink(Sink):
                 parent = _fs.filesystem(self._attempt_dir(kind, batch_id))
                 if not parent[0].get_file_info(pafs.FileSelector(parent[1], allow_not_found=True)):
                     parent[0].delete_dir(parent[1])
+
+
+def _quote(name: str) -> str:
+    """A column name as delta-rs SQL predicates take it."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _key_predicate(keys: list[str]) -> str:
+    """The MERGE condition of a keyed table: the key columns of target and source equal."""
+    return " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in keys)
+
+
+def _plain_commit() -> Any:
+    """Commit properties of the key-state table's MERGE (no app transaction: the batch
+    is recorded by the table's own commit), without delta-rs's retry (the caller reads
+    everything again after a conflict)."""
+    from deltalake import CommitProperties
+
+    return CommitProperties(max_commit_retries=0)
+
+
+def _zeros(typ: pa.DataType, n: int) -> pa.Array:
+    """``n`` zero values of ``typ`` (0, "", false, the epoch, empty lists, structs of
+    zeros): what a deleted key's NOT NULL columns hold in a MERGE source."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(typ):
+        fields = [typ.field(i) for i in range(typ.num_fields)]
+        return pa.StructArray.from_arrays([_zeros(f.type, n) for f in fields], fields=fields)
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_map(typ):
+        return pa.array([[]] * n, typ)
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        return pa.array([""] * n, typ)
+    if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
+        return pa.array([b""] * n, typ)
+    if pa.types.is_boolean(typ):
+        return pa.array([False] * n, typ)
+    if pa.types.is_date32(typ):
+        return pa.array([0] * n, pa.int32()).cast(typ)
+    return pa.array([0] * n, pa.int64()).cast(typ)
 
 
 def _one(field: pa.Field) -> pa.Schema:
