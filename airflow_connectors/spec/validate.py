@@ -75,8 +75,6 @@ NOT_YET: dict[str, str] = {
     for name, why in {
         "pub_sub_input": "Google Pub/Sub is not supported in this release",
         "pubsub_input": "Google Pub/Sub (Feldera's pub_sub_input) is not supported in this release",
-        "postgres_cdc_input": "PostgreSQL change data capture (logical replication) is not supported "
-        "in this release; postgres_input reads snapshots and incremental cursors",
         "nexmark": "the Nexmark generator is not supported in this release; datagen generates rows",
     }.items()
 }
