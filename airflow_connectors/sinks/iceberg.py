@@ -11,6 +11,31 @@ snapshot summary carries the batch (``airflow-connectors.batch`` = ``<connector>
 table's snapshots, so a publish rolled forward after a crash, or run twice at once,
 appends nothing twice (the pattern of Iceberg's Flink sink). Works on a local warehouse
 and on ``s3://`` (no renames needed: nothing is moved, the commit references the parts).
+
+A table with a ``primary_key`` takes changes (:mod:`airflow_connectors.changes`), not
+appends. Its staged parts hold the table's columns and the change columns ``__op``,
+``__set`` and ``__order``, and are never added to the table. Beside it the sink keeps the
+Iceberg key-state table ``<table>__keys`` in the same catalog and namespace (at
+``<location>__keys``; :func:`~airflow_connectors.sinks.changes.state_schema`: per key the
+mark of the last change applied and whether it deleted the key; the truncate floor as
+the row whose key columns are null). ``publish`` of a keyed batch holds the table's
+publish lock (:func:`~airflow_connectors.sinks.changes.table_lock`) and, unless a
+snapshot of the table already carries the batch: reads the staged changes, collapses
+them to one per key, reads the key state of those keys and resolves them
+(:mod:`airflow_connectors.sinks.changes`); commits the key-state rows first (replacing
+those keys' rows, dropping tombstones older than the table's ``tombstone_retention``),
+then the table in ONE Iceberg transaction: the deleted, truncated and upserted keys'
+rows deleted (copy on write), the upserts appended, its snapshots marked with the batch
+as an append is. A change older than what the table holds for its key (by
+``sequence_by``, then batch, then order) never wins, whichever order batches publish
+in; a crash between the two commits re-applies the batch (its marks are equal), which
+changes nothing twice. Columns added to the spec are added to the table first; a batch
+staged before them writes them as null on the rows it upserts. ``scd_type: 2`` is
+refused by ``prepare``: the sink keeps each key's latest row only.
+
+Fail points: ``iceberg_keys_committed`` (a keyed batch's key state committed, its table
+commit not yet), ``iceberg_committed`` (the batch committed, not yet marked published by
+the engine).
 """
 
 from __future__ import annotations
@@ -26,13 +51,15 @@ from pydantic import Field
 
 from airflow_connectors import failpoints
 from airflow_connectors.sinks import _fs
+from airflow_connectors.sinks import changes as changes_
 from airflow_connectors.sinks.base import KINDS, Kind, PartWriter, Sink, SinkConfig, SinkUnwritable
 from airflow_connectors.sinks.parts import ParquetPart, blocker
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.catalog.sql import SqlCatalog
-    from pyiceberg.table import Table
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.table import Table, Transaction
 
 #: Snapshot summary properties that mark the batch a commit appended.
 BATCH_PROPERTY = "airflow-connectors.batch"
@@ -126,6 +153,29 @@ class IcebergSink(Sink):
         """The Arrow schema of the table's Parquet parts (rows or dead letters)."""
         return file_schema(super().schema(kind))
 
+    def staged_schema(self, kind: Kind = "rows") -> pa.Schema:
+        """The Arrow schema of the staged parts: :meth:`schema`, and for a keyed table's
+        rows the table's columns, all nullable (a delete carries its key only, a
+        truncate nothing), then the change columns (``changes.change_fields()``)."""
+        schema = self.schema(kind)
+        if kind != "rows" or not self.table.keyed:
+            return schema
+        import pyarrow as pa
+
+        from airflow_connectors.changes import change_fields
+
+        return pa.schema([*(f.with_nullable(True) for f in schema), *change_fields()])
+
+    def keys_identifier(self) -> tuple[str, str]:
+        """``(namespace, table)`` of the key-state table of a keyed table:
+        ``<table>__keys`` beside the table."""
+        namespace, name = self.identifier("rows")
+        return namespace, f"{name}__keys"
+
+    def keys_location(self) -> str:
+        """The key-state table's folder: ``<location>__keys``."""
+        return f"{self.location('rows')}__keys"
+
     def marker(self, batch_id: int) -> str:
         """The batch as the snapshot summary names it: ``<connector>:<batch id>``."""
         return f"{self.connector or ''}:{batch_id}"
@@ -167,9 +217,21 @@ class IcebergSink(Sink):
 
     def _table(self, catalog: SqlCatalog, kind: Kind) -> Table:
         """The Iceberg table, created (with its namespace) on first use."""
+        return self._open_table(
+            catalog, self.identifier(kind), self.schema(kind), self.location(kind)
+        )
+
+    def _keys_table(self, catalog: SqlCatalog) -> Table:
+        """The key-state table ``<table>__keys``, created on first use."""
+        schema = file_schema(changes_.state_schema(self.table))
+        return self._open_table(catalog, self.keys_identifier(), schema, self.keys_location())
+
+    def _open_table(
+        self, catalog: SqlCatalog, identifier: tuple[str, str], schema: pa.Schema, location: str
+    ) -> Table:
         from pyiceberg.exceptions import NoSuchTableError
 
-        namespace, name = self.identifier(kind)
+        namespace, name = identifier
         try:
             # Loaded first: pyiceberg's create writes a metadata file before it finds the
             # table exists, which would leave an orphan file per batch.
@@ -179,8 +241,8 @@ class IcebergSink(Sink):
         catalog.create_namespace_if_not_exists(namespace)
         return catalog.create_table_if_not_exists(
             (namespace, name),
-            schema=self.schema(kind),
-            location=self.location(kind),
+            schema=schema,
+            location=location,
             properties={
                 "write.parquet.compression-codec": self.config.compression,
                 # One metadata file per commit: keep the last 100, not every one.
@@ -215,7 +277,14 @@ class IcebergSink(Sink):
 
     def prepare(self, batch_id: int, attempt: str) -> None:
         """Removes what an earlier run of this attempt left; checks the warehouse can be
-        written and the catalog opened (and creates the tables), before Spark starts."""
+        written and the catalog opened (and creates the tables), before Spark starts.
+        Refuses ``scd_type: 2`` (this sink keeps each key's latest row only)."""
+        if self.table.keyed and self.table.scd_type == 2:
+            raise SinkUnwritable(
+                f"table {self.table.name}: the iceberg sink keeps each key's latest row "
+                "(scd_type: 1) and cannot keep history (scd_type: 2); set scd_type: 1 or "
+                "remove it"
+            )
         for kind in KINDS:
             self._remove(self._attempt_folder(batch_id, attempt, kind))
         for kind in KINDS:
@@ -233,21 +302,33 @@ class IcebergSink(Sink):
 
     def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:
         """Parquet files ``part-<part>-<n>.parquet`` in the attempt's folder of the table's
-        ``data`` folder."""
-        return ParquetPart(
+        ``data`` folder (a keyed table's rows with their change columns)."""
+        out = ParquetPart(
             self._attempt_folder(batch_id, attempt, kind),
             lambda n: f"part-{part:05d}-{n:03d}.parquet",
             compression=self.config.compression,
             target=self.config.target_file_size,
-            schema=self.schema(kind),
+            schema=self.staged_schema(kind),
         )
+        if kind == "rows" and self.table.keyed:
+            return _ChangesPart(out, self.staged_schema(kind))
+        return out
 
     def publish(self, batch_id: int, attempt: str) -> None:
         """Appends the attempt's parts to the table (then to its dead-letter table) in one
         Iceberg commit each, unless a snapshot already carries this batch; then removes
-        the batch's other attempts."""
+        the batch's other attempts. A keyed table's rows are applied as changes instead
+        (the module docstring), and none of its batch's staged rows is kept."""
+        keyed = self.table.keyed
         with self.catalog() as catalog:
             for kind in KINDS:
+                if kind == "rows" and keyed:
+                    self._guard(
+                        lambda: self._publish_changes(catalog, batch_id, attempt),
+                        kind,
+                        "apply changes to",
+                    )
+                    continue
                 parts = self.parts(batch_id, attempt, kind)
                 if parts:
                     self._guard(
@@ -257,7 +338,10 @@ class IcebergSink(Sink):
                     )
         failpoints.reach("iceberg_committed")
         for kind in KINDS:
-            self._discard_others(batch_id, attempt, kind)
+            if kind == "rows" and keyed:  # the commit wrote files of its own
+                self._remove(self._batch_folder(batch_id, kind))
+            else:
+                self._discard_others(batch_id, attempt, kind)
 
     def discard(self, batch_id: int, attempt: str | None = None) -> None:
         """Removes the part files of an attempt (or of every attempt of the batch) that
@@ -332,6 +416,152 @@ class IcebergSink(Sink):
                     raise
                 time.sleep(min(2.0, 0.05 * 2**tries) * random.uniform(0.5, 1.0))
 
+    # --- a keyed table's changes ---------------------------------------------------------
+
+    def _publish_changes(self, catalog: SqlCatalog, batch_id: int, attempt: str) -> None:
+        """Applies the attempt's staged changes to the keyed table exactly once, holding
+        the table's publish lock: the key state's commit first, then the table's one
+        commit that marks the batch. A commit lost to another writer of either table, or
+        a busy catalog database, is retried from the start (the mark checked again)."""
+        from pyiceberg.exceptions import CommitFailedException
+        from sqlalchemy.exc import OperationalError
+
+        with changes_.table_lock(self):
+            for tries in range(1, COMMIT_TRIES + 1):
+                target = _without_commit_retries(self._table(catalog, "rows"))
+                if self.committed(target, batch_id, attempt):
+                    return
+                parts = self.parts(batch_id, attempt, "rows")
+                if not parts:
+                    return
+                try:
+                    self._apply_changes(catalog, target, batch_id, attempt, parts)
+                    return
+                except (CommitFailedException, OperationalError):
+                    if tries == COMMIT_TRIES:
+                        raise
+                    time.sleep(min(2.0, 0.05 * 2**tries) * random.uniform(0.5, 1.0))
+
+    def _apply_changes(
+        self, catalog: SqlCatalog, target: Table, batch_id: int, attempt: str, parts: list[str]
+    ) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyiceberg.expressions import AlwaysTrue, IsNull, Or
+
+        from airflow_connectors.changes import OP, TRUNCATE
+
+        table = self.table
+        keys = list(table.primary_key)
+        marks = {BATCH_PROPERTY: self.marker(batch_id), ATTEMPT_PROPERTY: attempt}
+        collapsed = changes_.collapse(self._read_staged(parts), table, batch_id)
+        truncating = bool(collapsed.num_rows) and bool(
+            pc.any(pc.equal(collapsed.column(OP), TRUNCATE)).as_py()
+        )
+        state_table = _without_commit_retries(self._keys_table(catalog))
+        sschema = changes_.state_schema(table)
+        if truncating:  # the truncated keys are every live key the state knows
+            wanted: BooleanExpression = AlwaysTrue()
+        else:
+            changed = collapsed.filter(pc.is_valid(collapsed.column(keys[0]))).select(keys)
+            wanted = Or(key_filter(changed, keys)[0], _pred(IsNull, keys[0]))
+        known = _conform(state_table.scan(row_filter=wanted).to_arrow(), sschema)
+        resolved = changes_.resolve(collapsed, known, lambda k: self._rows_of(target, k), table)
+
+        # 1. The key state, first: a crash before the table's commit re-applies the
+        # batch (equal marks apply again).
+        if resolved.state.num_rows:
+            self._commit_state(state_table, resolved.state, marks)
+        failpoints.reach("iceberg_keys_committed")
+
+        # 2. The table, in one transaction marked with the batch.
+        upserts = resolved.upserts.drop_columns([changes_.SEQ])
+        doomed = pa.concat_tables(
+            [
+                resolved.deletes.select(keys),
+                upserts.select(keys).cast(resolved.deletes.select(keys).schema),
+            ]
+        )
+        with target.transaction() as tx:
+            self._evolve(tx)
+            schema = _arrow_schema(tx)
+            if resolved.truncate is not None:
+                gone = changes_.truncated_keys(known, table, resolved.truncate)
+                doomed = pa.concat_tables([doomed, gone.cast(doomed.schema)])
+                held = target.scan().to_arrow()
+                keep = _without_keys(held, keys, doomed)
+                _overwrite(tx, _rows(schema, keep, upserts), AlwaysTrue(), marks)
+            elif doomed.num_rows == 0:
+                tx.append(schema.empty_table(), snapshot_properties=marks)
+            else:
+                where, exact = key_filter(doomed, keys)
+                keep = (
+                    None
+                    if exact
+                    else _without_keys(target.scan(row_filter=where).to_arrow(), keys, doomed)
+                )
+                _overwrite(tx, _rows(schema, keep, upserts), where, marks)
+
+    def _commit_state(self, state_table: Table, new: pa.Table, marks: dict[str, str]) -> None:
+        """Writes key-state rows ``new`` (replacing those keys' rows, and the floor row
+        when ``new`` has one) and drops tombstones older than the table's
+        ``tombstone_retention``, in one transaction."""
+        import pyarrow.compute as pc
+        from pyiceberg.expressions import And, EqualTo, IsNull, LessThan, NotNull, Or
+
+        keys = list(self.table.primary_key)
+        has_key = pc.is_valid(new.column(keys[0]))
+        where, exact = key_filter(new.filter(has_key).select(keys), keys)
+        if not pc.all(has_key).as_py():  # a new floor replaces the old one
+            where = Or(where, _pred(IsNull, keys[0]))
+        cutoff = changes_.tombstone_cutoff_ms(self.table)
+        keep = None
+        if not exact:  # the other rows ``where`` matches stay (but expired tombstones)
+            held = state_table.scan(row_filter=where).to_arrow()
+            expired_rows = pc.and_(
+                held.column(changes_.DELETED), pc.less(held.column(changes_.CHANGED_MS), cutoff)
+            )
+            held = held.filter(pc.and_(pc.is_valid(held.column(keys[0])), pc.invert(expired_rows)))
+            keep = _without_keys(held, keys, new.filter(has_key).select(keys))
+        expired = And(
+            _pred(EqualTo, changes_.DELETED, True),
+            And(_pred(LessThan, changes_.CHANGED_MS, cutoff), _pred(NotNull, keys[0])),
+        )
+        with state_table.transaction() as tx:
+            schema = _arrow_schema(tx)
+            with _quiet():
+                tx.delete(expired, snapshot_properties=marks)
+            _overwrite(tx, _rows(schema, keep, new), where, marks)
+
+    def _rows_of(self, target: Table, keys: pa.Table) -> pa.Table:
+        """The table's rows of ``keys`` (for partial updates)."""
+        names = list(self.table.primary_key)
+        where, exact = key_filter(keys, names)
+        rows = target.scan(row_filter=where).to_arrow()
+        if exact or rows.num_rows == 0:
+            return rows
+        return _with_keys(rows, names, keys)
+
+    def _evolve(self, tx: Transaction) -> None:
+        """Adds the columns the table spec has and the Iceberg table lacks."""
+        missing = set(self.schema("rows").names) - set(tx.table_metadata.schema().column_names)
+        if missing:
+            with tx.update_schema() as update:
+                update.union_by_name(self.schema("rows"))
+
+    def _read_staged(self, parts: list[str]) -> pa.Table:
+        """The staged changes of ``parts``, in the staged schema of the table spec (a
+        column a part lacks, staged before it was added: null)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = self.staged_schema("rows")
+        tables = []
+        for url in parts:
+            fs, path = _fs.filesystem(url)
+            tables.append(_conform(pq.read_table(path, filesystem=fs), schema))
+        return pa.concat_tables(tables) if tables else schema.empty_table()
+
     def _guard(self, action: Any, kind: Kind, verb: str) -> Any:
         """Runs ``action``; any error becomes one line naming the Iceberg table."""
         try:
@@ -380,6 +610,146 @@ def _without_commit_retries(table: Table) -> Table:
     props = {**table.metadata.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}
     table.metadata = table.metadata.model_copy(update={"properties": props})
     return table
+
+
+class _ChangesPart(PartWriter):
+    """A keyed table's part: rows given without change columns are upserts
+    (``changes.with_change_columns``); columns put in the staged schema's order."""
+
+    def __init__(self, out: ParquetPart, schema: pa.Schema) -> None:
+        self.out = out
+        self.names = schema.names
+
+    def write(self, table: pa.Table) -> None:
+        self.out.write(changes_.with_change_columns(table).select(self.names))
+
+    def close(self) -> int:
+        return self.out.close()
+
+    def abort(self) -> None:
+        self.out.abort()
+
+
+#: Up to this many distinct values a key column is filtered with ``In``; above, with its
+#: range (pyiceberg binds an ``In`` literal by literal, several times per commit).
+IN_LIMIT = 1000
+
+
+def key_filter(keys: pa.Table, names: list[str]) -> tuple[BooleanExpression, bool]:
+    """An Iceberg row filter matching the rows whose key is among ``keys`` (the key
+    columns ``names``), and whether it matches exactly those. Per key column: ``In``
+    its values (up to :data:`IN_LIMIT` of them), else its range (min to max); a
+    composite key ANDs them. Only one key column's ``In`` is exact; the others match
+    more rows, which the caller narrows with a join. A value pyiceberg has no literal
+    for gives ``AlwaysTrue`` (the whole table, narrowed the same way)."""
+    import pyarrow.compute as pc
+    from pyiceberg.expressions import (
+        AlwaysFalse,
+        AlwaysTrue,
+        And,
+        GreaterThanOrEqual,
+        In,
+        LessThanOrEqual,
+    )
+
+    if keys.num_rows == 0:
+        return AlwaysFalse(), True
+    exact = len(names) == 1
+    parts: list[BooleanExpression] = []
+    try:
+        for n in names:
+            values = keys.column(n).unique()
+            if len(values) <= IN_LIMIT:
+                parts.append(_pred(In, n, set(values.to_pylist())))
+                continue
+            exact = False
+            bounds = pc.min_max(values).as_py()
+            parts.append(_pred(GreaterThanOrEqual, n, bounds["min"]))
+            parts.append(_pred(LessThanOrEqual, n, bounds["max"]))
+    except TypeError:
+        return AlwaysTrue(), False
+    out = parts[0]
+    for p in parts[1:]:
+        out = And(out, p)
+    return out, exact
+
+
+def _pred(kind: Any, name: str, *value: Any) -> BooleanExpression:
+    """The pyiceberg predicate ``kind`` on column ``name`` (with ``value``, if any),
+    built as pyiceberg's own docs do (its pydantic models confuse the type checker)."""
+    made: BooleanExpression = kind(name, *value)
+    return made
+
+
+def _key_hits(rows: pa.Table, names: list[str], keys: pa.Table) -> pa.ChunkedArray:
+    """Per row of ``rows``: whether its key is among ``keys``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    wanted = keys.select(names).cast(rows.select(names).schema)
+    wanted = wanted.group_by(names, use_threads=False).aggregate([])
+    wanted = wanted.append_column("__hit", pa.array([True] * wanted.num_rows))
+    indexed = rows.select(names).append_column("__row", pa.array(range(rows.num_rows), pa.int64()))
+    joined = indexed.join(wanted, names, join_type="left outer", use_threads=False)
+    return pc.fill_null(joined.sort_by("__row").column("__hit"), False)
+
+
+def _without_keys(rows: pa.Table, names: list[str], keys: pa.Table) -> pa.Table:
+    import pyarrow.compute as pc
+
+    if rows.num_rows == 0 or keys.num_rows == 0:
+        return rows
+    return rows.filter(pc.invert(_key_hits(rows, names, keys)))
+
+
+def _with_keys(rows: pa.Table, names: list[str], keys: pa.Table) -> pa.Table:
+    if rows.num_rows == 0:
+        return rows
+    return rows.filter(_key_hits(rows, names, keys))
+
+
+def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` in ``schema``: its columns by name, cast; a missing one null."""
+    import pyarrow as pa
+
+    n = rows.num_rows
+    have = set(rows.column_names)
+    columns = [
+        rows.column(f.name).cast(f.type) if f.name in have else pa.nulls(n, f.type) for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _arrow_schema(tx: Transaction) -> pa.Schema:
+    """The Arrow schema of the transaction's table (its columns as pyiceberg writes)."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    return schema_to_pyarrow(tx.table_metadata.schema(), include_field_ids=False)
+
+
+def _rows(schema: pa.Schema, *tables: pa.Table | None) -> pa.Table:
+    import pyarrow as pa
+
+    return pa.concat_tables([_conform(t, schema) for t in tables if t is not None])
+
+
+def _overwrite(
+    tx: Transaction, rows: pa.Table, where: BooleanExpression, marks: dict[str, str]
+) -> None:
+    """Deletes the rows ``where`` matches, appends ``rows``: snapshots of one commit,
+    each marked with ``marks``."""
+    with _quiet():
+        tx.overwrite(rows, overwrite_filter=where, snapshot_properties=marks)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Without pyiceberg's warning that a delete matched no rows (expected here)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Delete operation did not match any records")
+        yield
 
 
 def catalog_properties(uri: str, location: str) -> dict[str, str]:
