@@ -179,6 +179,19 @@ def _check_key_columns(ctx: BatchContext) -> None:
     names = {c.name for c in table.columns}
     wanted = [*table.primary_key, *([table.sequence_by] if table.sequence_by else [])]
     lacking = [n for n in wanted if n not in names]
+    from airflow_connectors.spec.validate import UNKEYABLE_TYPES
+
+    floating = [
+        f"{c.name} ({c.type})"
+        for c in table.columns
+        if c.name in table.primary_key and c.type.kind in UNKEYABLE_TYPES
+    ]
+    if floating:
+        raise SchemaInferenceError(
+            f"connector {ctx.ref}: table {table.name}'s key column(s) "
+            f"{', '.join(floating)} were inferred as floating point, which cannot "
+            "identify a row; pin an exact type with schema_hints (e.g. BIGINT or VARCHAR)"
+        )
     if lacking:
         raise SchemaInferenceError(
             f"connector {ctx.ref}: table {table.name} names {', '.join(map(repr, lacking))} "
