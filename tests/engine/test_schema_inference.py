@@ -650,3 +650,28 @@ def test_origin_masks_passwords_of_sampled_urls() -> None:
     assert "s3cr3t" not in origin and "abc" not in origin
     assert "https://reader:***@example.test/a.json?token=***&page=2" in origin
     assert origin.endswith("/data/b.json")
+
+
+def test_inferred_keyed_table_checks_its_key_columns(sqlite_url: str, tmp_path: Path) -> None:
+    """An inferred table's key is checked once its columns are known: named columns the
+    data has (NOT NULL from then on), never a floating-point one."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.json").write_text(lines({"id": 1, "price": 1.5}))
+    delta = {"sink": {"name": "delta"}}
+    store = StateStore(sqlite_url)
+    ctx = ctx_of(spec_of(src, "json", {"update_format": "raw"}, primary_key=["id"], **delta))
+    discover(store, ctx)
+    table = effective_table(store, "p", ctx.table)
+    assert table.primary_key == ("id",)
+    assert [(c.name, c.nullable) for c in table.columns] == [("id", False), ("price", True)]
+    store.close()
+    for key, message in (
+        ("sku", r"names 'sku' in primary_key or sequence_by, but its columns are id, price"),
+        ("price", r"key column\(s\) price \(DOUBLE\) were inferred as floating point"),
+    ):
+        store = StateStore(f"sqlite:///{tmp_path / key}.db")
+        spec = spec_of(src, "json", {"update_format": "raw"}, primary_key=[key], **delta)
+        with pytest.raises(SchemaInferenceError, match=message):
+            discover(store, ctx_of(spec))
+        store.close()
