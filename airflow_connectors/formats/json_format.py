@@ -14,6 +14,17 @@ Fields the table lacks are ignored, or read (their types inferred by pyarrow) wh
 table's ``schema_evolution`` fails on them, rescues them or adds them
 (:class:`._conform.Evolution`). Under ``rescue`` a record whose values do not all fit is
 parsed again alone, and the values that do not fit go to ``_rescued_data``.
+
+Changes (:mod:`airflow_connectors.changes`). ``update_format: insert_delete`` (Feldera's
+default): ``{"insert": {...}}`` is an upsert, ``{"delete": {...}}`` a delete of the key
+it gives, ``{"update": {...}}`` a partial update whose ``__set`` lists the table's
+columns the object gives (a field given as null is set to null; one left out keeps its
+value); one change per record. A block of inserts only decodes as it always did, without
+an ``__op`` column (conform gives a keyed table's rows ``__op`` upsert); a block holding a
+delete or an update gets ``__op`` (and ``__set``). Into a table without a primary key a
+delete or update is that record's dead letter. ``update_format: debezium`` reads
+Debezium's change events (:mod:`._debezium`); ``update_format: raw`` with
+``operation_column`` reads rows naming their operation (:mod:`._changes`).
 """
 
 from __future__ import annotations
@@ -24,9 +35,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from airflow_connectors.formats._changes import (
+    OperationConfig,
+    apply_operation_column,
+    check_operation_column,
+)
 from airflow_connectors.formats._conform import coerce, conform_evolving, mismatch
+from airflow_connectors.formats._debezium import DebeziumEvents
 from airflow_connectors.formats.base import (
     DEFAULT_BLOCK_BYTES,
     MAX_RAW_TEXT,
@@ -49,22 +66,38 @@ from airflow_connectors.spec.types import SqlType
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from airflow_connectors.spec.models import ColumnSpec
+    from airflow_connectors.spec.models import ColumnSpec, TableSpec
 
 _TEXT_PARSED = ("DATE", "TIME", "TIMESTAMP")  # JSON has no such types: read as strings
 #: Blocks of ``array: true`` objects are smaller: an array is often one large object.
 ARRAY_BLOCK_BYTES = 1 << 20
 
 
-class JsonConfig(StrictConfig):
+class JsonConfig(OperationConfig):
     """Feldera's JSON parser: one JSON object per record, fields matched to columns by
     name."""
 
-    update_format: Literal["raw", "insert_delete"] = Field(
+    update_format: Literal["raw", "insert_delete", "debezium"] = Field(
         default="insert_delete",
-        description="Shape of a record. 'raw': the row object itself, {\"id\": 1}. "
-        "'insert_delete' (Feldera's default): {\"insert\": {...}}; deletes and updates "
-        "need a keyed sink, and the append-only parquet sink makes them dead letters.",
+        description="Shape of a record. 'raw': the row object itself, {\"id\": 1} (an "
+        "upsert; see operation_column for rows that name their operation). "
+        '\'insert_delete\' (Feldera\'s default): {"insert": {...}}, {"delete": {...}} '
+        '(the key\'s row goes) or {"update": {...}} (a partial update: the fields given, '
+        "null included, are set; the key must be given). 'debezium': Debezium's change "
+        "events (op c, r, u, d, t; with or without the JsonConverter's schema wrapper). "
+        "Deletes and updates need a table with a primary_key; into a table without one "
+        "they are dead letters.",
+    )
+    json_flavor: Literal[
+        "default", "debezium_postgres", "debezium_mysql", "kafka_connect_json_converter"
+    ] = Field(
+        default="default",
+        description="How values are encoded (update_format: debezium only). 'default': "
+        "plain JSON values. 'debezium_postgres' / 'debezium_mysql': the Debezium "
+        "connector's default encodings where an event carries no schema (dates as days, "
+        "times and timestamps as epoch micro- or milliseconds, decimals as base64). "
+        '\'kafka_connect_json_converter\': events wrapped as {"schema", "payload"}, '
+        "whose schema says how each value is encoded (recognised under every flavor).",
     )
     array: bool = Field(
         default=False,
@@ -76,6 +109,22 @@ class JsonConfig(StrictConfig):
         description="'single': one record per line (NDJSON). 'multiple' (default): a "
         "record may span lines (pretty-printed JSON) and ends where its braces balance.",
     )
+
+    @model_validator(mode="after")
+    def _fits_update_format(self) -> JsonConfig:
+        if self.json_flavor != "default" and self.update_format != "debezium":
+            raise ValueError(
+                f"json_flavor {self.json_flavor} applies to update_format: debezium; use "
+                "json_flavor: default (or leave it out) with update_format "
+                f"{self.update_format}"
+            )
+        if self.operation_column is not None and self.update_format != "raw":
+            raise ValueError(
+                f"operation_column applies to update_format: raw (rows naming their "
+                f"operation); update_format {self.update_format} records say their "
+                "operation themselves"
+            )
+        return self
 
 
 @dataclass(frozen=True)
@@ -110,6 +159,14 @@ class JsonFormat(Format):
         }
         self.read_schema = self._wrap(list(self.fields.values()))
         self.block_bytes = DEFAULT_BLOCK_BYTES
+        self.debezium: DebeziumEvents | None = None
+        if self.config.update_format == "debezium":
+            self.debezium = DebeziumEvents(
+                self.table,
+                self.config.json_flavor,
+                extras=self.evolution.detects,
+                skip={c for c in self.table.column_names if c not in self.fields},
+            )
 
     def _wrap(self, fields: list[pa.Field]) -> pa.Schema:
         import pyarrow as pa
@@ -117,7 +174,15 @@ class JsonFormat(Format):
         if self.config.update_format == "insert_delete":
             row = pa.struct(fields)
             return pa.schema([("insert", row), ("delete", row), ("update", row)])
+        if self.config.operation_column is not None:
+            fields = [*fields, pa.field(self.config.operation_column, pa.string())]
         return pa.schema(fields)
+
+    @classmethod
+    def check_table(cls, config: StrictConfig, table: TableSpec) -> None:
+        """An ``operation_column`` needs a table with a primary key."""
+        assert isinstance(config, JsonConfig)
+        check_operation_column(config, table)
 
     @classmethod
     def infer_fields(
@@ -131,11 +196,20 @@ class JsonFormat(Format):
         date-time, else VARCHAR. A broken record is left out (it is a dead letter)."""
         assert isinstance(config, JsonConfig)
         insert_delete = config.update_format == "insert_delete"
+        debezium = config.update_format == "debezium"
         for rec in _sample_records(config, data, key, fields.where):
             if insert_delete and isinstance(rec, dict):
                 rec = rec.get("insert")
                 if rec is None:
                     continue  # a delete: its fields are the inserted ones
+            if debezium and isinstance(rec, dict):
+                if "op" not in rec and isinstance(rec.get("payload"), dict):
+                    rec = rec["payload"]  # the JsonConverter's schema wrapper
+                rec = rec.get("after")
+                if rec is None:
+                    continue  # a delete or truncate: its fields are the created ones
+            if config.operation_column is not None and isinstance(rec, dict):
+                rec = {k: v for k, v in rec.items() if k != config.operation_column}
             if not isinstance(rec, dict):
                 continue  # not a record: the format makes it a dead letter
             for name, value in rec.items():
@@ -283,7 +357,7 @@ class JsonFormat(Format):
         """Under ``schema_evolution: rescue``: the record as a row whose values that do
         not fit their column are NULL and in ``_rescued_data``; None when that does not
         help (invalid JSON, not an object, no value that does not fit, other modes)."""
-        if not self.evolution.rescues:
+        if not self.evolution.rescues or self.debezium is not None:
             return None
         try:
             obj = json.loads(record, parse_int=_Number, parse_float=_Number, parse_constant=_Number)
@@ -303,18 +377,61 @@ class JsonFormat(Format):
         if not moved:
             return None
         try:
-            raw = self._read(_dump(obj).encode(), multiline=True, schema=self.read_schema)
+            text = _dump(obj).encode()
+            raw = self._read(text, multiline=True, schema=self.read_schema)
             if insert:
-                raw = _inserts(raw)
+                raw = self._insert_delete(raw, text, multiline=True)
+            raw = apply_operation_column(raw, self.config)
             return conform_evolving(raw, self.table, self.schema, self.evolution, rescued=[moved])
         except Exception:
             return None  # something else is wrong with it: diagnosed as a parse error
 
     def _decode(self, data: bytes, *, multiline: bool, schema: pa.Schema | None = None) -> pa.Table:
+        if self.debezium is not None:
+            return conform_evolving(
+                self.debezium.rows(data), self.table, self.schema, self.evolution
+            )
         raw = self._read(data, multiline=multiline, schema=schema or self.read_schema)
         if self.config.update_format == "insert_delete":
-            raw = _inserts(raw)
+            raw = self._insert_delete(raw, data, multiline=multiline)
+        elif self.config.operation_column is not None:
+            raw = apply_operation_column(raw, self.config)
         return conform_evolving(raw, self.table, self.schema, self.evolution)
+
+    def _insert_delete(self, raw: pa.Table, data: bytes, *, multiline: bool) -> pa.Table:
+        """The rows of ``{"insert"|"delete"|"update": {...}}`` records (``raw`` as read
+        from ``data``). A block of inserts only is their rows, as it always was (the
+        cheap path; conform makes them upserts of a keyed table). A block with a delete
+        or an update also gets :data:`~airflow_connectors.changes.OP`, and
+        :data:`~airflow_connectors.changes.SET` naming, per update, the table's columns
+        its object gives (null included: a field given as null is set to null; a field
+        left out keeps its value), read again from the update records' text because a
+        reader cannot tell a null from a missing field."""
+        import pyarrow as pa
+
+        inserts = raw.column("insert")
+        n = raw.num_rows
+        if not inserts.null_count and raw["delete"].null_count == raw["update"].null_count == n:
+            return pa.Table.from_struct_array(inserts.combine_chunks())
+        table, updates = _changes_of(raw)
+        if not updates:
+            return table
+        from airflow_connectors.changes import SET, set_type
+
+        texts = [data] if raw.num_rows == 1 else self._record_texts(data, multiline)
+        if len(texts) != raw.num_rows:  # cannot line records up with rows: go one by one
+            raise RowError(f"{raw.num_rows} rows from {len(texts)} records")
+        names = [n for n in self.table.column_names if n in self.fields]
+        sets: list[list[str] | None] = [None] * raw.num_rows
+        for i in updates:
+            given = json.loads(texts[i]).get("update")
+            sets[i] = [n for n in names if n in given]
+        return table.append_column(pa.field(SET, set_type()), pa.array(sets, set_type()))
+
+    def _record_texts(self, data: bytes, multiline: bool) -> list[bytes]:
+        if not multiline:
+            return [line for line in data.split(b"\n") if line.strip()]
+        return [data[r.start : r.end] for r in self._split(data)]
 
     def _read(self, data: bytes, *, multiline: bool, schema: pa.Schema) -> pa.Table:
         import pyarrow as pa
@@ -345,10 +462,12 @@ class JsonFormat(Format):
             )
             return f"invalid JSON: {getattr(e, 'msg', e)}{where}"
         row = (
-            obj.get("insert")
+            next((obj[k] for k in ("insert", "delete", "update") if obj.get(k) is not None), None)
             if self.config.update_format == "insert_delete" and isinstance(obj, dict)
             else obj
         )
+        if self.debezium is not None:
+            return _message(error)
         if isinstance(row, dict):
             for col in self.table.columns:
                 if col.name in row and not self._fits(col, row[col.name]):
@@ -428,24 +547,63 @@ def _depth(line: bytes) -> int:
     return s.count(b"{") + s.count(b"[") - s.count(b"}") - s.count(b"]")
 
 
-def _inserts(raw: pa.Table) -> pa.Table:
-    import pyarrow as pa
+_CHANGE_KEYS = ("insert", "delete", "update")
 
-    inserts = raw.column("insert")
-    if inserts.null_count:
-        if (
-            raw.column("delete").null_count < raw.num_rows
-            or raw.column("update").null_count < raw.num_rows
-        ):
+
+def _changes_of(raw: pa.Table) -> tuple[pa.Table, list[int]]:
+    """The rows of a block of insert_delete records holding a delete or an update: each
+    record's one object, with :data:`~airflow_connectors.changes.OP`; and the indexes of
+    the updates."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from airflow_connectors.changes import DELETE, OP, UPDATE, UPSERT, op_type
+
+    parts = [raw.column(k).combine_chunks() for k in _CHANGE_KEYS]
+    given = [pc.cast(pc.is_valid(p), pa.int8()) for p in parts]
+    count = pc.add(pc.add(given[0], given[1]), given[2])
+    for bad, message in (
+        (
+            pc.equal(count, 0),
+            'expected {"insert": {...}}, {"delete": {...}} or {"update": {...}} '
+            "(update_format insert_delete); for bare row objects set format config "
+            '"update_format": "raw"',
+        ),
+        (
+            pc.greater(count, 1),
+            "a record holds more than one of insert, delete and update; send one change per record",
+        ),
+    ):
+        if pc.any(bad).as_py():
+            raise RowError(message, pc.indices_nonzero(bad)[0].as_py())
+    op = pc.if_else(
+        pc.is_valid(parts[0]),
+        pa.scalar(UPSERT, op_type()),
+        pc.if_else(
+            pc.is_valid(parts[1]), pa.scalar(DELETE, op_type()), pa.scalar(UPDATE, op_type())
+        ),
+    )
+    # Each field: the value of whichever object the record gives (flatten() nulls the
+    # fields of the objects a record does not give).
+    fields: dict[str, list[pa.Array]] = {}
+    for part in parts:
+        for fld, values in zip(part.type, part.flatten(), strict=True):
+            fields.setdefault(fld.name, []).append(values)
+    columns: dict[str, pa.Array] = {}
+    for name, arrays in fields.items():
+        typed = [a.type for a in arrays if not pa.types.is_null(a.type)]
+        if typed and any(t != typed[0] for t in typed):
             raise RowError(
-                "'delete' and 'update' records need a keyed sink; this table's sink is "
-                "append-only (send inserts only)"
+                f"field {name!r} holds values of different kinds in insert, delete and "
+                "update records"
             )
-        raise RowError(
-            'expected {"insert": {...}} (update_format insert_delete); for bare row '
-            'objects set format config "update_format": "raw"'
-        )
-    return pa.Table.from_struct_array(inserts.combine_chunks())
+        if typed:
+            arrays = [a.cast(typed[0]) if pa.types.is_null(a.type) else a for a in arrays]
+        columns[name] = pc.coalesce(*arrays) if len(arrays) > 1 else arrays[0]
+    table = pa.table(columns) if columns else pa.table({"__none": pa.nulls(raw.num_rows)})
+    table = table.append_column(pa.field(OP, op_type()), op)
+    updates = pc.indices_nonzero(pc.equal(op, UPDATE)).to_pylist()
+    return table, updates
 
 
 _BARE_NULL = re.compile(rb"(?m)^[ \t\r]*null[ \t\r]*$")
