@@ -27,6 +27,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from airflow_connectors.formats._changes import (
+    OperationConfig,
+    apply_operation_column,
+    check_operation_column,
+)
 from airflow_connectors.formats.base import (
     Decoded,
     Format,
@@ -51,7 +56,7 @@ BATCH_RECORDS = 8192
 _PRIMITIVE = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
 
 
-class AvroConfig(StrictConfig):
+class AvroConfig(OperationConfig):
     """Feldera's Avro parser settings that apply to objects."""
 
     model_config = ConfigDict(
@@ -170,10 +175,12 @@ class AvroFormat(Format):
 
     @classmethod
     def check_table(cls, config: StrictConfig, table: TableSpec) -> None:
-        """A given ``schema`` must be a valid Avro record schema."""
+        """A given ``schema`` must be a valid Avro record schema; an
+        ``operation_column`` needs a table with a primary key."""
         assert isinstance(config, AvroConfig)
         if config.avro_schema is not None:
             _parse(config.avro_schema)
+        check_operation_column(config, table)
 
     def decode(
         self,
@@ -197,7 +204,12 @@ class AvroFormat(Format):
             writer = self.parsed
         else:
             records, writer = self._container(source)
-        columns = _Columns(writer, self.table, extras=self.evolution.detects)
+        columns = _Columns(
+            writer,
+            self.table,
+            extras=self.evolution.detects,
+            operation=self.config.operation_column,
+        )
         if self.evolution.mode == "fail_on_new_columns" and columns.extras:
             raise NewFields([field for field, _, _ in columns.extras])
         number = 1
@@ -293,7 +305,8 @@ class AvroFormat(Format):
         import pyarrow as pa
 
         def convert(recs: Sequence[dict[str, Any]]) -> pa.Table:
-            return conform_evolving(columns.table(recs), self.table, self.schema, self.evolution)
+            data = apply_operation_column(columns.table(recs), self.config)
+            return conform_evolving(data, self.table, self.schema, self.evolution)
 
         def text(rec: dict[str, Any]) -> str:
             return clip(json.dumps(rec, default=_json_value))
@@ -315,7 +328,9 @@ class _Columns:
     ignoring case when no field has the exact name), each with the Arrow type its
     values are built as."""
 
-    def __init__(self, writer: Any, table: TableSpec, *, extras: bool = False) -> None:
+    def __init__(
+        self, writer: Any, table: TableSpec, *, extras: bool = False, operation: str | None = None
+    ) -> None:
         from airflow_connectors.spec.models import RESCUED_DATA
 
         rescue = table.evolution == "rescue"
@@ -329,6 +344,9 @@ class _Columns:
             if field is not None:
                 arrow, fix = _arrow(fields[field], named)
                 self.columns.append((col, field, arrow, fix))
+        if operation is not None and operation in fields:
+            # The operation field (format config operation_column): read, then dropped.
+            self.columns.append((operation, operation, *_arrow(fields[operation], named)))
         mapped = {c for c, *_ in self.columns}
         used = {f for _, f, *_ in self.columns}
         #: The writer's fields the table lacks (read only when ``extras``: the table's

@@ -38,10 +38,15 @@ import io
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from airflow_connectors.formats._changes import (
+    OperationConfig,
+    apply_operation_column,
+    check_operation_column,
+)
 from airflow_connectors.formats._conform import mismatch, show
 from airflow_connectors.formats.base import (
     DEFAULT_BLOCK_BYTES,
@@ -61,12 +66,14 @@ from airflow_connectors.spec.models import RESCUED_DATA
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from airflow_connectors.spec.models import ColumnSpec, TableSpec
+
 MAX_QUOTED_BYTES = 1 << 20
 _NULLS = ["", "NULL", "null"]
 _TEXT_PARSED = ("DATE", "TIME", "TIMESTAMP")  # read as text, parsed by _conform
 
 
-class CsvConfig(StrictConfig):
+class CsvConfig(OperationConfig):
     """Feldera's CSV parser: fields by position, in the table's column order."""
 
     delimiter: str = Field(
@@ -87,6 +94,11 @@ class CsvConfig(StrictConfig):
         max_length=1,
         description="The one character that encloses a field holding delimiters or line "
         "breaks; doubled inside such a field it stands for itself. Default: '\"'.",
+    )
+    operation_position: Literal["first", "last"] = Field(
+        default="first",
+        description="With operation_column: where the operation field is, before the "
+        "table's columns ('first', as AWS DMS writes its Op field) or after them ('last').",
     )
 
 
@@ -340,8 +352,23 @@ class CsvFormat(Format):
             c for c in self.table.columns if not (self.evolution.rescues and c.name == RESCUED_DATA)
         ]
         self.read_schema = pa_schema(self.schema, [c.name for c in self.columns])
-        self.syntax = _Syntax(self.config.delimiter, self.config.quote, len(self.columns))
+        #: The record's fields in order: the columns, and the operation field (None)
+        #: first or last when an operation_column is read.
+        self.fields: list[ColumnSpec | None] = list(self.columns)
+        if self.config.operation_column is not None:
+            first = self.config.operation_position == "first"
+            self.fields = [None, *self.fields] if first else [*self.fields, None]
+        self.syntax = _Syntax(self.config.delimiter, self.config.quote, len(self.fields))
         self.block_bytes = DEFAULT_BLOCK_BYTES
+
+    @classmethod
+    def check_table(cls, config: StrictConfig, table: TableSpec) -> None:
+        """An ``operation_column`` needs a table with a primary key."""
+        assert isinstance(config, CsvConfig)
+        check_operation_column(config, table)
+
+    def _field_name(self, fld: ColumnSpec | None) -> str:
+        return fld.name if fld is not None else str(self.config.operation_column)
 
     @classmethod
     def inference_problem(cls, config: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -515,10 +542,12 @@ class CsvFormat(Format):
         if m:
             return f"expected {m.group(1)} columns, found {m.group(2)}"
         m = re.match(r"In CSV column #(\d+): (?:Row #\d+: )?(.*)", message, re.S)
-        if not m or int(m.group(1)) >= len(self.columns):
+        if not m or int(m.group(1)) >= len(self.fields):
             return message
-        col = self.columns[int(m.group(1))]
+        col = self.fields[int(m.group(1))]
         detail = m.group(2)
+        if col is None:
+            return f"operation field {self.config.operation_column!r}: {detail}"
         if "invalid UTF8" in detail:
             return mismatch(col, "invalid UTF-8 (the raw text shows the bytes escaped)")
         value = re.search(
@@ -528,7 +557,7 @@ class CsvFormat(Format):
         if value:
             return mismatch(col, show(value.group(1)))
         fields = self.syntax.field_texts(record) if record is not None else []
-        if len(fields) == len(self.columns):
+        if len(fields) == len(self.fields):
             return mismatch(col, show(fields[int(m.group(1))]))
         return f"column {col.name!r} ({col.type}): {detail}"
 
@@ -550,7 +579,7 @@ class CsvFormat(Format):
         raw = pcsv.read_csv(
             pa.BufferReader(data),
             read_options=pcsv.ReadOptions(
-                column_names=[c.name for c in self.columns],
+                column_names=[self._field_name(c) for c in self.fields],
                 use_threads=False,
                 block_size=max(len(data), 1 << 20),
             ),
@@ -561,8 +590,11 @@ class CsvFormat(Format):
             ),
             convert_options=pcsv.ConvertOptions(
                 column_types={
-                    c.name: pa.string() if c.name in as_text else f.type
-                    for c, f in zip(self.columns, self.read_schema, strict=True)
+                    **{
+                        c.name: pa.string() if c.name in as_text else f.type
+                        for c, f in zip(self.columns, self.read_schema, strict=True)
+                    },
+                    **{self._field_name(None): pa.string() for c in self.fields if c is None},
                 },
                 null_values=_NULLS,
                 true_values=["true", "True", "TRUE"],
@@ -570,12 +602,13 @@ class CsvFormat(Format):
                 strings_can_be_null=False,
             ),
         )
-        for i, (c, f) in enumerate(zip(self.columns, self.read_schema, strict=True)):
+        for c, f in zip(self.columns, self.read_schema, strict=True):
             if c.name in as_text:  # NULL spellings, as pyarrow does for typed columns
+                i = self.fields.index(c)  # the field's place in the record
                 arr = raw.column(i)
                 nulls = pc.is_in(arr, value_set=pa.array(_NULLS))
                 arr = pc.if_else(nulls, pa.scalar(None, pa.string()), arr)
                 if c.type.is_integer:
                     arr = _decimal_integers(arr, i, f.type)
                 raw = raw.set_column(i, c.name, arr)
-        return conform(raw, self.table, self.schema)
+        return conform(apply_operation_column(raw, self.config), self.table, self.schema)

@@ -1,11 +1,21 @@
-"""``parquet``: Parquet objects; columns matched by name and cast to the table's types."""
+"""``parquet``: Parquet objects; columns matched by name and cast to the table's types.
+
+With ``operation_column`` (:mod:`._changes`), that column of the file names each row's
+operation (delete values make deletes of the row's key) and is not stored; a file
+without it is all upserts."""
 
 from __future__ import annotations
 
 import io
 import json
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
+from airflow_connectors.formats._changes import (
+    OperationConfig,
+    apply_operation_column,
+    check_operation_column,
+)
 from airflow_connectors.formats.base import (
     Decoded,
     Format,
@@ -17,9 +27,13 @@ from airflow_connectors.formats.base import (
 from airflow_connectors.formats.inference import InferredFields
 from airflow_connectors.spec.config import StrictConfig
 
+if TYPE_CHECKING:
+    from airflow_connectors.spec.models import TableSpec
 
-class ParquetConfig(StrictConfig):
-    """Feldera's parquet parser takes no settings."""
+
+class ParquetConfig(OperationConfig):
+    """Feldera's parquet parser takes no settings; ``operation_column`` and its values
+    are this package's (see :mod:`._changes`)."""
 
 
 class ParquetFormat(Format):
@@ -27,8 +41,15 @@ class ParquetFormat(Format):
 
     name = "parquet"
     Config = ParquetConfig
+    config: ParquetConfig
     infers_schema = True
     infers_from_whole_objects = True
+
+    @classmethod
+    def check_table(cls, config: StrictConfig, table: TableSpec) -> None:
+        """An ``operation_column`` needs a table with a primary key."""
+        assert isinstance(config, ParquetConfig)
+        check_operation_column(config, table)
 
     @classmethod
     def infer_fields(
@@ -61,14 +82,19 @@ class ParquetFormat(Format):
         pf = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
         # Under schema_evolution other than none, the file's other columns are read too
         # (to fail on them, rescue them or add them to the table).
+        operation = self.config.operation_column
         columns = (
             list(pf.schema_arrow.names)
             if self.evolution.detects
-            else [c for c in self.table.column_names if c in pf.schema_arrow.names]
+            else [
+                c
+                for c in [*self.table.column_names, operation]
+                if c is not None and c in pf.schema_arrow.names
+            ]
         )
         evolution = self.evolution
         if evolution.mode == "fail_on_new_columns":
-            known = set(self.table.column_names)
+            known = {*self.table.column_names, operation}
             new = [n for n in pf.schema_arrow.names if n not in known]
             if new:
                 raise NewFields(new)
@@ -84,14 +110,15 @@ class ParquetFormat(Format):
                     "file is damaged; write it again"
                 ) from None
             try:
-                table = conform_evolving(raw, self.table, schema, evolution)
+                table = conform_evolving(
+                    apply_operation_column(raw, self.config), self.table, schema, evolution
+                )
                 out = Decoded(table, [], raw.num_rows, 0)
             except Exception:
 
                 def convert(rs: Sequence[int], raw: pa.Table = raw) -> pa.Table:
-                    return conform_evolving(
-                        raw.slice(rs[0], len(rs)), self.table, schema, evolution
-                    )
+                    part = apply_operation_column(raw.slice(rs[0], len(rs)), self.config)
+                    return conform_evolving(part, self.table, schema, evolution)
 
                 # The dead letter shows the whole row as the file holds it, also the
                 # columns the table does not have (a file of another schema).
