@@ -125,7 +125,7 @@ def test_parquet_without_the_column_is_all_upserts() -> None:
 
 @pytest.mark.parametrize("mode", ["fail_on_new_columns", "add_new_columns"])
 def test_parquet_operation_column_is_no_new_column(mode: str) -> None:
-    table = TABLE.model_copy(update={"evolution": mode})
+    table = TABLE.model_copy(update={"schema_evolution": mode})
     f = FORMATS.get("parquet")(FORMATS.get("parquet").Config.model_validate(CONFIG), table)
     out = list(f.decode(iter([_parquet(True)]), final=True, first_record=1, at_start=True))
     check(rows(out))
