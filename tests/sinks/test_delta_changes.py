@@ -418,3 +418,30 @@ def test_publishers_racing_on_one_batch_land_it_once(wh: str) -> None:
     assert table_rows(sinks[0]) == truth(b1 + b2)
     merges = [c for c in DeltaTable(sinks[0].location()).history() if c["operation"] == "MERGE"]
     assert len(merges) == 2
+
+
+def test_a_composite_key_with_quoted_names(wh: str) -> None:
+    """Two key columns, one of them a mixed-case name the MERGE predicate must quote."""
+    doc = table_doc(wh, primary_key=["Region", "id"])
+    doc["tables"]["t"]["columns"] = {"Region": "VARCHAR NOT NULL", **COLUMNS}
+    sink = sink_of(doc, wh)
+    b1 = [up(i, f"v{i}", Region=r) for r in ("eu", "us") for i in range(3)]
+    b2 = [delete(1, Region="eu"), up(1, "us one", Region="us"), update(2, Region="eu", w=2)]
+    b2 += [up(1, "eu back", Region="eu"), delete(0, Region="us")]
+    stage(sink, 1, b1)
+    sink.publish(1, "1-a")
+    stage(sink, 2, b2)
+    sink.publish(2, "1-a")
+    want: dict[tuple[str, int], Any] = {}
+    for c in b1 + b2:
+        k = (c["Region"], c["id"])
+        if c["__op"] == DELETE:
+            want.pop(k, None)
+        elif c["__op"] == UPSERT:
+            want[k] = {"Region": k[0], "id": k[1], "v": c["v"], "w": c["w"]}
+        elif k in want:
+            want[k].update({n: c[n] for n in c["__set"]})
+    data = sink.read()
+    assert data is not None
+    got = {(r["Region"], r["id"]): r for r in data.to_pylist()}
+    assert len(got) == data.num_rows and got == want
