@@ -865,14 +865,16 @@ class _Decoder:
 
 
 def _booleans(arr: pa.Array) -> pa.Array:
-    """PostgreSQL's ``t``/``f`` as booleans; raises ValueError for other text."""
+    """PostgreSQL's boolean text (``t``/``f`` from pgoutput, ``true``/``false`` from a
+    cast) as booleans; raises ValueError for other text."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    known = pc.or_kleene(pc.equal(arr, "t"), pc.equal(arr, "f"))
-    if not pc.all(pc.fill_null(known, True)).as_py():
+    true = pc.is_in(arr, value_set=pa.array(["t", "true"]))
+    false = pc.is_in(arr, value_set=pa.array(["f", "false"]))
+    if not pc.all(pc.or_(pc.or_(true, false), pc.is_null(arr))).as_py():
         raise ValueError("not a boolean")
-    return pc.equal(arr, pa.scalar("t"))
+    return pc.if_else(pc.is_null(arr), pa.scalar(None, pa.bool_()), true)
 
 
 def _ident(name: str) -> str:
