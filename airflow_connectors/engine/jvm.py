@@ -295,18 +295,23 @@ class ArchiveCache:
         )
 
 
-def driver_cds_options(conf: Mapping[str, Any] | None = None, *, folder: Path | None = None) -> str:
+def driver_cds_options(
+    conf: Mapping[str, Any] | None = None, *, folder: Path | None = None, record: bool = True
+) -> str:
     """The driver JVM options for class-data sharing on this machine: use the archive,
     record it (once), or nothing. ``conf``: the job's other ``--conf`` settings (a
-    driver class path of their own turns CDS off). Never raises."""
+    driver class path of their own turns CDS off). ``record=False``: use a finished
+    archive only, never record one (an embedded session, whose process may be killed
+    or live on for hours, is no recorder: the archive is written when the JVM exits).
+    Never raises."""
     try:
-        return _driver_cds_options(conf or {}, folder)
+        return _driver_cds_options(conf or {}, folder, record)
     except Exception as exc:  # CDS is an optimisation: never a reason to fail a job
         log.debug("CDS: not used (%s: %s)", type(exc).__name__, exc)
         return ""
 
 
-def _driver_cds_options(conf: Mapping[str, Any], folder: Path | None) -> str:
+def _driver_cds_options(conf: Mapping[str, Any], folder: Path | None, record: bool) -> str:
     if not enabled():
         return ""
     java, spark = java_home(), spark_home()
@@ -327,6 +332,8 @@ def _driver_cds_options(conf: Mapping[str, Any], folder: Path | None) -> str:
         return ""
     if cache.ready() or cache.promote():
         return f"-XX:SharedArchiveFile={cache.archive} {QUIET}"
+    if not record:
+        return ""
     rec = cache.start_recording()
     if rec is None:
         return ""
@@ -352,10 +359,14 @@ def mapped(pid: int, path: Path) -> bool | None:
         return None
 
 
-def check_driver_archive(java_options: str, jvm_pid: int | None) -> bool | None:
+def check_driver_archive(
+    java_options: str, jvm_pid: int | None, *, quiet: bool = False
+) -> bool | None:
     """After the driver started: whether its JVM uses the archive its options name
     (None: it had none, or this cannot be told). An archive the JVM rejected is logged
-    and its key turned off (the JVM started without it, no harm done)."""
+    and its key turned off (the JVM started without it, no harm done). ``quiet``: an
+    archive in use is logged at DEBUG, not INFO (an embedded session's caller prints
+    its own output)."""
     try:
         found = archive_option(java_options)
         if found is None or found[0] != "use" or jvm_pid is None:
@@ -371,7 +382,11 @@ def check_driver_archive(java_options: str, jvm_pid: int | None) -> bool | None:
             )
             ArchiveCache(archive.parent, archive.name.removesuffix(".jsa")).reject()
         elif used:
-            log.info("driver JVM maps its class-data-sharing archive %s", archive.name)
+            log.log(
+                logging.DEBUG if quiet else logging.INFO,
+                "driver JVM maps its class-data-sharing archive %s",
+                archive.name,
+            )
         return used
     except Exception as exc:  # never fail a job over CDS
         log.debug("CDS: could not check the archive (%s: %s)", type(exc).__name__, exc)

@@ -82,6 +82,22 @@ def test_one_recording_at_a_time_then_the_archive_for_every_job(cds_dir: Path) -
     }
 
 
+def test_an_embedded_session_maps_a_finished_archive_and_never_records(cds_dir: Path) -> None:
+    """``spark_session`` (the CLI's run, a job started without spark-submit) asks with
+    ``record=False``: nothing while no archive is finished, no lock, no recording; the
+    archive once a spark-submit recorded it."""
+    assert jvm.driver_cds_options(record=False) == ""
+    assert not list(cds_dir.glob("*.lock")) and not list(cds_dir.glob("*.rec"))
+    rec = option_path(java_options(), "ArchiveClassesAtExit")  # a spark-submit records
+    assert rec is not None
+    assert jvm.driver_cds_options(record=False) == ""  # still being written
+    finish_recording(rec)
+    used = jvm.driver_cds_options(record=False)
+    archive = option_path(used, "SharedArchiveFile")
+    assert archive is not None and archive.is_file() and "-Xlog:cds=off" in used
+    assert option_path(java_options(), "SharedArchiveFile") == archive
+
+
 def test_a_truncated_archive_is_never_given_to_a_jvm(cds_dir: Path) -> None:
     rec = option_path(java_options(), "ArchiveClassesAtExit")
     assert rec is not None
