@@ -165,6 +165,7 @@ def _normal(model: dict[Any, dict[str, Any]]) -> dict[Any, dict[str, Any]]:
     out = {}
     for k, row in model.items():
         ok = row["ok"]
+        assert ok is None or isinstance(ok, bool), row
         out[k] = {**row, "ok": None if ok is None else ("t" if ok else "f")}
     return out
 
@@ -292,7 +293,8 @@ def test_the_snapshot_hands_over_to_the_changes_while_rows_change(db: Any) -> No
     table = _source(db)
     with db.connect() as conn:
         conn.execute(
-            f"INSERT INTO {table} (id, name, qty) SELECT g, 'n' || g, 0 "
+            f"INSERT INTO {table} (id, name, qty, ok, at) SELECT g, 'n' || g, 0, g % 3 = 0, "
+            "timestamptz '2026-01-01 00:00:00+01' + g * interval '1 minute' "
             "FROM generate_series(1, 3000) g"
         )
     stop = threading.Event()
