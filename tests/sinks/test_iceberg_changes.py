@@ -10,6 +10,7 @@ here from the change list in its true order."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_connectors.changes import DELETE, TRUNCATE, UPDATE, UPSERT, change_fields
+from airflow_connectors.sinks import iceberg
 from airflow_connectors.sinks.base import SinkUnwritable
 from airflow_connectors.sinks.iceberg import BATCH_PROPERTY, IcebergSink
 from airflow_connectors.spec.models import ColumnSpec, TableSpec
@@ -264,6 +266,56 @@ def test_composite_key_deletes_only_its_own_rows(tmp_path: Path) -> None:
     for b in (1, 3, 2):
         lake.land(b, batches[b])
     assert lake.rows() == truth(batches, table)
+
+
+def workload(seed: int, n: int, *, updates: bool) -> dict[int, list[Change]]:
+    """``n`` random changes of 30 keys in batches of 12: upserts, deletes, truncates and
+    (``updates``) partial updates."""
+    rng = random.Random(seed)
+    changes: list[Change] = []
+    for i in range(n):
+        k, roll = rng.randrange(30), rng.random()
+        if roll < 0.015:
+            changes.append(truncate())
+        elif roll < 0.25:
+            changes.append(delete(k))
+        elif updates and roll < 0.45:
+            changes.append(update(k, amount=i) if i % 2 else update(k, name=f"u{i}"))
+        else:
+            changes.append(up(k, f"v{i}", i))
+    return {b: changes[s : s + 12] for b, s in enumerate(range(0, n, 12), start=1)}
+
+
+@pytest.fixture(params=["in", "range"])
+def key_filters(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys filtered with ``In`` (few keys), or by range and a join (many keys: here
+    more than 2)."""
+    if request.param == "range":
+        monkeypatch.setattr(iceberg, "IN_LIMIT", 2)
+
+
+@pytest.mark.usefixtures("key_filters")
+def test_random_changes_published_in_order_twice(tmp_path: Path) -> None:
+    lake = Lake(tmp_path, spec())
+    batches = workload(5, 120, updates=True)
+    for b, changes in batches.items():
+        lake.land(b, changes)
+        lake.publish(b)
+    assert lake.rows() == truth(batches)
+
+
+@pytest.mark.usefixtures("key_filters")
+def test_random_whole_row_changes_published_in_any_order(tmp_path: Path) -> None:
+    """Upserts, deletes and truncates (whose outcome does not depend on the order
+    batches publish in) in shuffled batch order, each published twice."""
+    lake = Lake(tmp_path, spec())
+    batches = workload(7, 120, updates=False)
+    order = list(batches)
+    random.Random(3).shuffle(order)
+    for b in order:
+        lake.land(b, batches[b])
+        lake.publish(b)
+    assert lake.rows() == truth(batches)
 
 
 CRASH = """
