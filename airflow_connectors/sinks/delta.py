@@ -39,6 +39,15 @@ is recorded by an empty commit. A crash between the two commits re-applies the b
 the re-run (its marks equal the stored ones). The staged parts are never added (the MERGE
 writes files of its own) and are dropped after the commit.
 
+``scd_type: 2`` keeps history instead: the table has two more columns, ``__start_at``
+and ``__end_at`` (``sequence_by``'s type, else BIGINT: the batch id), as Databricks'
+AUTO CDC names them. A change closes the key's current row (``__end_at`` null) at its
+sequence value and an upsert inserts the key's new current row from it; a delete only
+closes; a truncate closes every row it removes at its own sequence value (a truncate
+record without one is refused). One version per key and batch: changes of one key within
+a batch collapse to the last, as for type 1, and a change older than the key's last
+applied one adds no version (the history is not re-ordered).
+
 Fail points: ``delta_keys_committed`` (a keyed table: after the key-state commit, before
 the MERGE) and ``delta_committed`` (after the Delta commit of the rows, before the state
 store records the batch published).
@@ -77,6 +86,15 @@ MAX_CONFLICTS = 20
 KEYS_SUFFIX = "__keys"
 #: The column of a keyed batch's MERGE source that marks a row to delete.
 DELETE_FLAG = "__airflow_connectors_delete"
+#: ``scd_type: 2``: when a row version became the key's row (the change's sequence
+#: value: ``sequence_by``'s, else the batch id), and when a later change replaced or
+#: deleted it (null: the key's current row).
+START_AT = "__start_at"
+END_AT = "__end_at"
+#: ``scd_type: 2`` MERGE source columns: the key closing rows match by (prefix), and the
+#: flag of the rows to insert.
+_MERGE_KEY = "__airflow_connectors_key_"
+OPEN_FLAG = "__airflow_connectors_open"
 
 REMEDY = (
     "make it writable, or point the warehouse (--warehouse, [connectors] warehouse) or "
@@ -166,6 +184,19 @@ class DeltaSink(Sink):
     def app_id(self) -> str:
         """The Delta app transaction id of this sink's connector."""
         return f"{self.pipeline}.{self.table.name}.{self.connector or 'sink'}"
+
+    def schema(self, kind: Kind = "rows") -> pa.Schema:
+        """The table's Arrow schema as the Delta table holds it: with ``scd_type: 2``
+        the history columns :data:`START_AT` and :data:`END_AT` follow the table's."""
+        import pyarrow as pa
+
+        schema = super().schema(kind)
+        if kind == "rows" and self.table.keyed and self.table.scd_type == 2:
+            from airflow_connectors.sinks import changes as ch
+
+            seq = ch.state_schema(self.table).field(ch.SEQ).type
+            schema = schema.append(pa.field(START_AT, seq)).append(pa.field(END_AT, seq))
+        return schema
 
     def _attempt_dir(self, kind: Kind, batch_id: int, attempt: str | None = None) -> str:
         batch = _fs.join(self.location(kind), f"batch-{batch_id:010d}")
@@ -602,11 +633,18 @@ class DeltaSink(Sink):
         resolved = ch.resolve(
             collapsed, known, lambda keys: self._current(dt, keys), self.table, now_ms=now
         )
+        history = self.table.scd_type == 2
+        ended = self._truncate_seq(collapsed, batch_id) if history and resolved.truncate else None
         del collapsed, known
         wipe, truncated = self._truncation(state, resolved)
         self._commit_state(sdt, state, resolved, now)
         failpoints.reach("delta_keys_committed")
-        self._merge(dt, resolved, truncated, wipe, bool(new_columns), batch_id, attempt)
+        if history:
+            self._merge_history(
+                dt, resolved, truncated, ended, bool(new_columns), batch_id, attempt
+            )
+        else:
+            self._merge(dt, resolved, truncated, wipe, bool(new_columns), batch_id, attempt)
         self.merged = bool(new_columns)
         return True
 
@@ -694,12 +732,11 @@ class DeltaSink(Sink):
         import pyarrow.dataset as ds
 
         names = list(keys.column_names)
-        rows = (
-            self._dataset(dt, self.location())
-            .join(ds.dataset(keys), names, join_type="left semi")
-            .to_table()
-        )
-        schema = self.schema("rows")
+        table = self._dataset(dt, self.location())
+        if self.table.scd_type == 2:  # the current rows: their history is not closed
+            table = table.filter(ds.field(END_AT).is_null())
+        rows = table.join(ds.dataset(keys), names, join_type="left semi").to_table()
+        schema = self.table.arrow_schema()
         columns = {
             f.name: rows.column(f.name) if f.name in rows.column_names else pa.nulls(rows.num_rows)
             for f in schema
@@ -727,7 +764,7 @@ class DeltaSink(Sink):
         mark_b, mark_o = resolved.truncate
         older = pc.or_(pc.less(b, mark_b), pc.and_(pc.equal(b, mark_b), pc.less(o, mark_o)))
         live_newer = pc.and_(pc.invert(older), pc.invert(every.column(ch.DELETED)))
-        if not pc.any(live_newer).as_py():
+        if self.table.scd_type != 2 and not pc.any(live_newer).as_py():
             return True, None
         # Tombstones too: a batch whose key states committed but whose MERGE a crash
         # stopped may still have the row in the table (deleting a missing row is a no-op).
@@ -817,6 +854,121 @@ class DeltaSink(Sink):
             after.create_write_transaction(
                 [], "append", pa.schema(after.schema().to_arrow()), commit_properties=properties
             )
+
+    def _truncate_seq(self, collapsed: pa.Table, batch_id: int) -> Any:
+        """The sequence value of the batch's truncate (what ``scd_type: 2`` closes the
+        rows it removes at); one line when the truncate record has none."""
+        import pyarrow.compute as pc
+
+        from airflow_connectors.changes import OP, TRUNCATE
+        from airflow_connectors.sinks import changes as ch
+
+        rows = collapsed.filter(pc.equal(collapsed.column(OP), TRUNCATE))
+        value = rows.column(ch.SEQ)[0].as_py() if rows.num_rows else None
+        if value is None:
+            raise SinkUnwritable(
+                f"table {self.table.name}: the truncate in batch {batch_id} has no "
+                f"{self.table.sequence_by} value, which scd_type 2 closes the truncated "
+                f"rows' history at ({END_AT}); give truncate records a "
+                f"{self.table.sequence_by}, or use scd_type 1"
+            )
+        return value
+
+    def _merge_history(
+        self,
+        dt: DeltaTable,
+        resolved: Any,
+        truncated: pa.Table | None,
+        ended: Any,
+        new_columns: bool,
+        batch_id: int,
+        attempt: str,
+    ) -> None:
+        """``scd_type: 2``: ONE MERGE that closes the current row of every key the batch
+        changes (:data:`END_AT` = the change's sequence value; a delete and a truncate
+        only close) and inserts each upsert as the key's new current row
+        (:data:`START_AT` = its sequence value, :data:`END_AT` null), recording the
+        batch as the connector's app transaction."""
+        import pyarrow as pa
+
+        keys = list(self.table.primary_key)
+        source = self._history_source(resolved, truncated, ended)
+        version = max(batch_id, dt.transaction_version(self.app_id) or -1)
+        properties = self._properties(batch_id, attempt, version, retries=0)
+        before = dt.version()
+        if source.num_rows:
+            matched = [f"t.{_quote(k)} = s.{_quote(_MERGE_KEY + k)}" for k in keys]
+            merger = dt.merge(
+                source,
+                " AND ".join([*matched, f"t.{_quote(END_AT)} IS NULL"]),
+                source_alias="s",
+                target_alias="t",
+                merge_schema=new_columns,
+                writer_properties=self._writer_properties(),
+                streamed_exec=False,
+                commit_properties=properties,
+            )
+            hidden = [*(_MERGE_KEY + k for k in keys), OPEN_FLAG]
+            merger.when_matched_update({END_AT: f"s.{_quote(END_AT)}"}).when_not_matched_insert_all(
+                f"s.{_quote(OPEN_FLAG)}", except_cols=hidden
+            ).execute()
+        after = self._open("rows") or dt
+        if after.version() == before:
+            after.create_write_transaction(
+                [], "append", pa.schema(after.schema().to_arrow()), commit_properties=properties
+            )
+
+    def _history_source(self, resolved: Any, truncated: pa.Table | None, ended: Any) -> pa.Table:
+        """The history MERGE's source: each upsert as a new row (:data:`OPEN_FLAG`, no
+        merge key), then one closing row per changed key (its key as the merge key,
+        :data:`END_AT` the closing sequence value)."""
+        import pyarrow as pa
+
+        from airflow_connectors.sinks import changes as ch
+
+        keys = list(self.table.primary_key)
+        up = resolved.upserts
+        seq_type = ch.state_schema(self.table).field(ch.SEQ).type
+        closing = [up.select([*keys, ch.SEQ]), resolved.deletes.select([*keys, ch.SEQ])]
+        if truncated is not None and truncated.num_rows:
+            named = pa.concat_tables([c.select(keys) for c in closing])
+            gone = truncated.join(named, keys, join_type="left anti", use_threads=False)
+            gone = gone.select(keys).cast(named.schema)
+            seq = pa.array([ended] * gone.num_rows, seq_type)
+            closing.append(gone.append_column(ch.SEQ, seq))
+        close = pa.concat_tables([c.cast(closing[0].schema) for c in closing])
+        n_open, n_close = up.num_rows, close.num_rows
+        table_fields = list(self.table.arrow_schema())
+        fields = [
+            *table_fields,
+            pa.field(START_AT, seq_type),
+            pa.field(END_AT, seq_type),
+            *(pa.field(_MERGE_KEY + k, self.table.arrow_schema().field(k).type) for k in keys),
+            pa.field(OPEN_FLAG, pa.bool_(), nullable=False),
+        ]
+
+        def column(f: pa.Field, opened: Any, closed: Any) -> pa.ChunkedArray:
+            def part(values: Any, n: int) -> list[pa.Array]:
+                if values is None:
+                    filler = pa.nulls(n, f.type) if f.nullable else _zeros(f.type, n)
+                    return [filler]
+                return list(values.cast(f.type).chunks)
+
+            return pa.chunked_array(part(opened, n_open) + part(closed, n_close), f.type)
+
+        columns = [
+            column(f, up.column(f.name), close.column(f.name) if f.name in keys else None)
+            for f in table_fields
+        ]
+        columns.append(column(fields[len(table_fields)], up.column(ch.SEQ), None))
+        columns.append(column(fields[len(table_fields) + 1], None, close.column(ch.SEQ)))
+        columns += [
+            column(pa.field(_MERGE_KEY + k, close.schema.field(k).type), None, close.column(k))
+            for k in keys
+        ]
+        flags = pa.array([True] * n_open + [False] * n_close, pa.bool_())
+        columns.append(pa.chunked_array([flags]))
+        return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
     def _merge_source(self, resolved: Any, truncated: pa.Table | None) -> pa.Table:
         """The MERGE's source: the upserts, then the deleted keys, with the flag

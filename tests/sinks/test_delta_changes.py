@@ -445,3 +445,104 @@ def test_a_composite_key_with_quoted_names(wh: str) -> None:
     assert data is not None
     got = {(r["Region"], r["id"]): r for r in data.to_pylist()}
     assert len(got) == data.num_rows and got == want
+
+
+# --- scd_type 2: history ----------------------------------------------------------------
+
+
+def history(batches: list[tuple[int, list[Change]]], seq: str | None = None) -> list[Any]:
+    """The row versions ``scd_type: 2`` keeps after ``batches`` in this order: per batch
+    and key, the version its last change leaves (``__start_at`` = that change's
+    sequence), the key's previous version closed there (``__end_at``); a truncate closes
+    the versions of keys the batch does not change after it, at its own sequence."""
+    versions: list[dict[str, Any]] = []
+    current: dict[int, dict[str, Any]] = {}
+    for b, changes in batches:
+        now = {k: {c: v[c] for c in ("id", "v", "w")} for k, v in current.items()}
+        touched: dict[int, Any] = {}
+        cut = None
+        for c in changes:
+            at = c.get(seq) if seq else b
+            if c["__op"] == TRUNCATE:
+                now.clear()
+                touched.clear()
+                cut = at
+            elif c["__op"] == DELETE:
+                now.pop(c["id"], None)
+                touched[c["id"]] = at
+            elif c["__op"] == UPSERT:
+                now[c["id"]] = {k: c.get(k) for k in ("id", "v", "w")}
+                touched[c["id"]] = at
+            elif c["id"] in now:
+                now[c["id"]].update({k: c[k] for k in c["__set"]})
+                touched[c["id"]] = at
+        for k, v in current.items():
+            if k in touched or cut is not None:
+                v["__end_at"] = touched.get(k, cut)
+        current = {k: v for k, v in current.items() if v["__end_at"] is None}
+        for k, at in touched.items():
+            if k in now:
+                current[k] = {**now[k], "__start_at": at, "__end_at": None}
+                versions.append(current[k])
+    return sorted(versions, key=lambda r: (r["id"], r["__start_at"]))
+
+
+def versions_of(sink: DeltaSink, columns: tuple[str, ...] = ("id", "v", "w")) -> list[Any]:
+    data = sink.read()
+    assert data is not None
+    keep = [*columns, "__start_at", "__end_at"]
+    return sorted(data.select(keep).to_pylist(), key=lambda r: (r["id"], r["__start_at"]))
+
+
+def test_scd_type_2_keeps_every_version_of_a_key(wh: str) -> None:
+    """Updates close the key's current row and open a new one, a delete closes it, a
+    truncate closes every row it removes; re-runs add nothing; an older batch published
+    late changes no key a newer one changed."""
+    sink = sink_of(table_doc(wh, scd_type=2), wh)
+    batches = [
+        (1, [up(i, f"v{i}", i) for i in range(1, 7)]),
+        (2, [up(1, "one"), delete(2), update(3, w=33), up(7, "seven"), update(99, v="none")]),
+        (3, [up(1, "before"), truncate(), up(3, "after", 3), up(8, "eight"), up(9, "nine")]),
+        (5, [delete(9), up(2, "two again"), up(4, "four"), delete(4), update(3, v="three")]),
+        (6, [up(8, "newer"), update(2, w=2)]),
+    ]
+    for b, changes in batches:
+        stage(sink, b, changes)
+        sink.publish(b, "1-a")
+        sink.publish(b, "1-a")
+    assert versions_of(sink) == history(batches)
+    current = [r for r in versions_of(sink) if r["__end_at"] is None]
+    assert sorted(r["id"] for r in current) == sorted(truth([c for _, b in batches for c in b]))
+    stage(sink, 4, [up(8, "older than batch 6"), up(50, "new key")])
+    sink.publish(4, "1-a")
+    late = {"id": 50, "v": "new key", "w": None, "__start_at": 4, "__end_at": None}
+    assert versions_of(sink) == sorted(
+        [*history(batches), late], key=lambda r: (r["id"], r["__start_at"])
+    )
+    schema = DeltaTable(sink.location()).schema().to_arrow()
+    assert schema.names == ["id", "v", "w", "__start_at", "__end_at"]
+
+
+def test_scd_type_2_with_sequence_by(wh: str, tmp_path: Path) -> None:
+    """``__start_at`` and ``__end_at`` are ``sequence_by`` values; a truncate without one
+    is refused in one line (its rows' ``__end_at`` would be unknown)."""
+    doc = table_doc(wh, scd_type=2, sequence_by="seq")
+    doc["tables"]["t"]["columns"]["seq"] = "BIGINT"
+    sink = sink_of(doc, wh)
+    batches = [
+        (1, [up(1, "a", seq=100), up(2, "b", seq=101), up(3, "c", seq=102)]),
+        (2, [up(1, "A", seq=200), delete(2, seq=201), {**truncate(), "seq": 250}]),
+        (3, [up(1, "A1", seq=300), up(1, "A2", seq=301), up(2, "B", seq=302)]),
+    ]
+    for b, changes in batches:
+        stage(sink, b, changes)
+        sink.publish(b, "1-a")
+    expected = [
+        {k: r[k] for k in ("id", "v", "w", "__start_at", "__end_at")}
+        for r in history(batches, "seq")
+    ]
+    assert versions_of(sink) == expected
+    stage(sink, 4, [truncate()])
+    with pytest.raises(Exception, match=r"^table t: the truncate in batch 4 has no seq value") as e:
+        sink.publish(4, "1-a")
+    assert "\n" not in str(e.value)
