@@ -543,11 +543,21 @@ class IcebergSink(Sink):
         return _with_keys(rows, names, keys)
 
     def _evolve(self, tx: Transaction) -> None:
-        """Adds the columns the table spec has and the Iceberg table lacks."""
-        missing = set(self.schema("rows").names) - set(tx.table_metadata.schema().column_names)
-        if missing:
+        """Adds the columns the table spec has and the Iceberg table lacks, and makes the
+        key columns the schema's identifier fields (Iceberg's row identity, which
+        readers and upserting writers use) when they are required columns."""
+        current = tx.table_metadata.schema()
+        missing = set(self.schema("rows").names) - set(current.column_names)
+        keys = set(self.table.primary_key)
+        named = {current.find_column_name(i) for i in current.identifier_field_ids}
+        required = {f.name for f in current.fields if f.required}
+        identify = named != keys and keys <= required
+        if missing or identify:
             with tx.update_schema() as update:
-                update.union_by_name(self.schema("rows"))
+                if missing:
+                    update.union_by_name(self.schema("rows"))
+                if identify:
+                    update.set_identifier_fields(*self.table.primary_key)
 
     def _read_staged(self, parts: list[str]) -> pa.Table:
         """The staged changes of ``parts``, in the staged schema of the table spec (a

@@ -189,6 +189,8 @@ def test_inserts_updates_deletes_and_repeated_keys_land_once(tmp_path: Path) -> 
     sink = lake.sink()
     with sink.catalog() as catalog:
         state = catalog.load_table(sink.keys_identifier()).scan().to_arrow()
+        schema = catalog.load_table(sink.identifier()).schema()
+    assert [schema.find_column_name(i) for i in schema.identifier_field_ids] == ["id"]
     deleted = {r["id"]: r["__deleted"] for r in state.to_pylist()}
     assert deleted == {1: True, 2: False, 3: False, 4: True, 5: False, 6: True}
 
