@@ -3,11 +3,12 @@ Kafka Connect worker (standalone; the session's ``kafka_connect``) captures a ta
 the private ``wal_level=logical`` cluster (``pg_logical``) into the session's Kafka
 broker. The topic holds Debezium's envelopes for the snapshot (r), inserts (c), updates
 (u), deletes (d, each followed by a tombstone) and a truncate (t), as Debezium writes
-them. This is the Kafka Connect user's migration path (README, "From Kafka Connect and
-Debezium").
+them. Then the Kafka Connect user's migration path (README, "From Kafka Connect and
+Debezium"): ``kafka_input`` with ``update_format: debezium`` reads that topic into keyed
+table with the ``postgres`` sink, which ends equal to the source table.
 
-One worker, one connector and one workload for the module: the capture runs once
-(module fixture), in two phases so that the end-to-end test can read between them."""
+One worker, one connector and one workload for the module (module fixture), in two
+phases so that the end-to-end test runs the pipeline between them and after them."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+
+from tests.helpers import pipeline, run
 
 pytestmark = pytest.mark.sources
 
@@ -91,8 +94,8 @@ class Workload:
             )
 
     def update(self, sql: str, ids: Sequence[int]) -> None:
-        """One UPDATE statement; ``ids`` the rows it changes, in the order PostgreSQL
-        changes them (the test keeps to single rows or heap order)."""
+        """One UPDATE statement of the rows ``ids``: a ``u`` record each (the workload
+        updates one row per statement, so their order is known)."""
         done = self.conn.execute(f"UPDATE {TABLE} SET {sql} WHERE id = ANY(%s)", (list(ids),))
         assert done.rowcount == len(ids)
         self.ops += [("u", i) for i in ids]
@@ -158,7 +161,8 @@ def capture(pg_logical: Any, kafka_broker: Any, kafka_connect: Any) -> Iterator[
 
 def phase_two(cap: Capture) -> None:
     """A truncate, then inserts (a key the truncate removed among them), an update and a
-    delete; once per module (the end-to-end test runs after the capture test)."""
+    delete; once per module, by whichever test comes first (the end-to-end test reads
+    before and after it)."""
     if len(cap.expected) > 2:
         return
     with cap.pg.connect(cap.database) as conn:
@@ -228,6 +232,81 @@ def read_topic(servers: str, topic: str, count: int) -> list[Any]:
         consumer.close()
     assert len(got) == count, f"read {len(got)} of {count} messages of {topic}"
     return got
+
+
+#: The table as the pipeline declares it: Debezium's topic read into a keyed table.
+KEYED_COLUMNS = {
+    "id": "BIGINT NOT NULL",
+    "name": "VARCHAR",
+    "qty": "INT",
+    "price": "DOUBLE",
+    "active": "BOOLEAN",
+}
+
+
+def keyed_table(topic: str, servers: str, sink: dict[str, Any]) -> dict[str, Any]:
+    """A table keyed on ``id`` filled by ``kafka_input`` from Debezium's topic
+    (``update_format: debezium``), as the README's migration section shows it."""
+    return {
+        "columns": KEYED_COLUMNS,
+        "primary_key": ["id"],
+        "sink": sink,
+        "connectors": [
+            {
+                "name": "debezium",
+                "transport": {
+                    "name": "kafka_input",
+                    "config": {"topic": topic, "bootstrap.servers": servers},
+                },
+                "format": {
+                    "name": "json",
+                    "config": {"update_format": "debezium", "json_flavor": "debezium_postgres"},
+                },
+            }
+        ],
+    }
+
+
+def test_kafka_input_applies_debezium_changes(
+    capture: Capture, spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """``kafka_input`` with ``update_format: debezium`` reads Debezium's topic into keyed
+    table with the postgres sink: after the snapshot, inserts, updates, deletes and a
+    re-insert, and again after a truncate and more changes, the target equals the source
+    table row for row and by EXCEPT both ways."""
+    root = tmp_path_factory.mktemp("dbz-e2e")
+    with capture.pg.connect(capture.database) as conn:
+        conn.execute("CREATE SCHEMA target")
+    postgres = {
+        "name": "postgres",
+        "config": {"uri": capture.pg.url(capture.database), "table": "target.items"},
+    }
+    spec = pipeline(
+        {
+            "items_pg": keyed_table(capture.topic, capture.servers, postgres),
+        },
+        name="dbz",
+        base_dir=root,
+    )
+    store_url, warehouse = f"sqlite:///{root / 'state.db'}", str(root / "warehouse")
+
+    def check(phase: int) -> None:
+        report = run(spec, store_url, warehouse, spark)
+        assert not report.failed, report
+        want = capture.source_rows[-1]
+        assert capture.rows() == want, "the source changed while the targets were read"
+        with capture.pg.connect(capture.database) as conn:
+            got = conn.execute(f"SELECT {', '.join(KEYED_COLUMNS)} FROM target.items ORDER BY id")
+            assert got.fetchall() == want, f"postgres target after phase {phase}"
+            for a, b in (("public.items", "target.items"), ("target.items", "public.items")):
+                cols = ", ".join(KEYED_COLUMNS)
+                extra = conn.execute(f"SELECT {cols} FROM {a} EXCEPT SELECT {cols} FROM {b}")
+                assert extra.fetchall() == [], f"rows of {a} not in {b} after phase {phase}"
+
+    check(len(capture.expected) - 1)
+    if len(capture.expected) == 2:
+        phase_two(capture)
+        check(2)
 
 
 def test_debezium_writes_envelopes_for_every_change(capture: Capture) -> None:
