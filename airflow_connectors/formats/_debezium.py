@@ -51,6 +51,7 @@ import base64
 import binascii
 import datetime as dt
 import json
+import re
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -100,6 +101,9 @@ class DebeziumEvents:
         #: Whether integers and text are decoded by Debezium's defaults without a schema.
         self.defaults = flavor in ("debezium_postgres", "debezium_mysql")
         self.stamp_units = 1_000 if flavor == "debezium_mysql" else 1_000_000
+        self.reader = _EventReader()
+        self._schema: Any = None  # the last schema seen and its field schemas by part
+        self._fields: dict[str, dict[str, dict[str, Any]]] = {}
 
     def rows(self, data: bytes) -> pa.Table:
         """The events of ``data`` (one or more JSON values), one row each. Raises
@@ -109,7 +113,7 @@ class DebeziumEvents:
 
         from airflow_connectors.changes import OP, op_type
 
-        events = list(_json_values(data.decode("utf-8")))
+        events = list(self.reader.values(data.decode("utf-8")))
         ops: list[int] = []
         values: dict[str, list[Any]] = {c.name: [] for c in self.columns}
         extra: dict[str, list[Any]] = {}
@@ -179,7 +183,11 @@ class DebeziumEvents:
                 else ""
             )
             raise RowError(f"Debezium op {op} without a {part!r} row (got {_kind(row)}){why}")
-        return (DELETE if op == "d" else UPSERT), row, _field_schemas(schema, part)
+        if schema is not self._schema:  # events of one schema share its parsed object
+            self._schema, self._fields = schema, {}
+        if part not in self._fields:
+            self._fields[part] = _field_schemas(schema, part)
+        return (DELETE if op == "d" else UPSERT), row, self._fields[part]
 
     def _value(self, col: ColumnSpec, value: Any, schema: dict[str, Any] | None) -> Any:
         """``value`` of ``col`` decoded from Debezium's encoding to a plain JSON value
@@ -316,17 +324,53 @@ def _plain_text(value: Any) -> Any:
     return value
 
 
-def _json_values(text: str) -> Iterator[Any]:
-    """The JSON values of ``text``, one after another (whitespace between them)."""
-    decoder = json.JSONDecoder()
-    pos, n = 0, len(text)
-    while True:
-        while pos < n and text[pos] in " \t\r\n":
-            pos += 1
-        if pos >= n:
+_SCHEMA_KEY = re.compile(r'\{\s*"schema"\s*:\s*')
+_PAYLOAD_KEY = re.compile(r'\s*,\s*"payload"\s*:\s*')
+_SPACE = re.compile(r"[ \t\r\n]*")
+_CLOSE = re.compile(r"[ \t\r\n]*\}")
+
+
+class _EventReader:
+    """The JSON values of a text, one after another. The JsonConverter's wrapper repeats
+    the same schema (most of an event's bytes) in every event: where an event starts
+    with the very text of the previous event's schema, only its payload is parsed, and
+    it shares the schema object parsed before."""
+
+    def __init__(self) -> None:
+        self.decoder = json.JSONDecoder()
+        self.prefix = ""  # '{"schema": <the last schema's text>, "payload": '
+        self.schema: Any = None
+
+    def values(self, text: str) -> Iterator[Any]:
+        """The values of ``text``; raises ``ValueError`` where it is not JSON."""
+        pos, n = 0, len(text)
+        while True:
+            pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
+            if pos >= n:
+                return
+            if self.prefix and text.startswith(self.prefix, pos):
+                payload, end = self.decoder.raw_decode(text, pos + len(self.prefix))
+                close = _CLOSE.match(text, end)
+                if close is not None:
+                    pos = close.end()
+                    yield {"schema": self.schema, "payload": payload}
+                    continue
+            value, end = self.decoder.raw_decode(text, pos)
+            if isinstance(value, dict) and "payload" in value:
+                self._remember(text, pos, value)
+            pos = end
+            yield value
+
+    def _remember(self, text: str, pos: int, value: dict[str, Any]) -> None:
+        """Keep the text of ``value``'s schema when it comes first (as the JsonConverter
+        writes it)."""
+        key = _SCHEMA_KEY.match(text, pos)
+        if key is None or list(value)[:2] != ["schema", "payload"]:
             return
-        value, pos = decoder.raw_decode(text, pos)
-        yield value
+        _, schema_end = self.decoder.raw_decode(text, key.end())
+        after = _PAYLOAD_KEY.match(text, schema_end)
+        if after is not None:
+            self.prefix, self.schema = text[pos : after.end()], value["schema"]
 
 
 def _kind(value: Any) -> str:
