@@ -385,3 +385,29 @@ def test_json_flavor_and_operation_column_fit_their_update_format() -> None:
         JsonConfig(json_flavor="debezium_postgres")
     with pytest.raises(ValidationError, match="applies to update_format: raw"):
         JsonConfig(update_format="debezium", operation_column="op")
+
+
+@pytest.mark.parametrize("compact", [True, False], ids=["converter-spacing", "spaced"])
+def test_each_event_is_read_by_its_own_schema_when_the_schema_changes(compact: bool) -> None:
+    # The same column first as a precise Decimal (base64), then, after the connector was
+    # reconfigured with decimal.handling.mode=string, as plain text; then precise again.
+    as_text = [f if f["field"] != "price" else _field("price", "string") for f in ROW_FIELDS]
+    events = [
+        {"schema": schema(), "payload": envelope("c", None, after(1), 1)},
+        {"schema": schema(), "payload": envelope("c", None, after(2), 2)},
+        {"schema": schema(as_text), "payload": envelope("c", None, {"id": 3, "price": "7.25"}, 3)},
+        {"schema": schema(), "payload": envelope("c", None, after(4), 4)},
+    ]
+    separators = (",", ":") if compact else (", ", ": ")
+    text = b"".join(json.dumps(e, separators=separators).encode() + b"\n" for e in events)
+    fmt = JsonFormat(JsonConfig(update_format="debezium"), table())
+    out = list(fmt.decode(iter([text]), final=True, first_record=1, at_start=True))
+    assert errors(out) == {}
+    got = rows(out)
+    assert [(r["id"], r["price"]) for r in got] == [
+        (1, Decimal("1234.56")),
+        (2, Decimal("1234.56")),
+        (3, Decimal("7.25")),
+        (4, Decimal("1234.56")),
+    ]
+    check_row(got[3], "Anne")
