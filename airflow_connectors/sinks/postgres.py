@@ -54,8 +54,20 @@ batch's table), the key-state rows upserted and tombstones older than the table'
 (by ``sequence_by``, then batch, then order) never wins, whichever order batches publish
 in; a re-run of a crashed publish finds nothing committed and applies the batch once. A
 batch staged before a later one added columns leaves those columns as they are on the
-rows it updates (NULL on rows it inserts). ``scd_type: 2`` is refused by ``prepare``: the
-sink keeps only the latest row per key.
+rows it updates (NULL on rows it inserts).
+
+``scd_type: 2`` keeps history: every version of a key is a row with ``__start_at`` (the
+sequence value, ``sequence_by``'s or the batch id, of the change that made it) and
+``__end_at`` (the next change's; NULL on the key's current version); the target's
+primary key is (key, ``__start_at``). Each change is a point of its key's history
+wherever its sequence falls: changes of one key with one sequence value make one point
+(the last by batch and order; between two batches with equal sequence values, the one
+published later), a delete ends the current version, a partial update starts a version
+from the one current when it is published. An older batch published late fills its
+versions in between: the keys it changes are rebuilt from their versions and the batch's
+changes, and written as a difference. ``<table>__keys`` then remembers the deletes the
+history cannot show (of a key with no current version), for ``tombstone_retention``, so
+an older upsert published later ends there. A truncate into such a table is refused.
 
 Fail points ``postgres_changes_applied``: inside a keyed batch's publish transaction,
 after its changes are written and before the commit (a kill there rolls everything
@@ -70,6 +82,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
@@ -97,6 +110,10 @@ DDL_LOCK = "airflow_connectors.postgres_sink"
 KEYS_LOCK = "airflow_connectors.postgres_sink.keys"
 #: The key-state table's name after the target's.
 KEYS_SUFFIX = "__keys"
+#: An ``scd_type: 2`` table's version columns: the sequence value of the change that
+#: made the version, and of the change that ended it (NULL: the current version).
+START_AT = "__start_at"
+END_AT = "__end_at"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 #: What PostgreSQL text cannot hold (and ``\u0000`` escapes in JSON).
@@ -464,7 +481,7 @@ class PostgresSink(Sink):
         ``alter=False``: columns it lacks are left for publish to add (an evolving
         table's new columns, added with the batch that brings them)."""
         name = self.target(kind)[1]
-        want = self.schema(kind)
+        want = self.target_schema(kind)
         full = f"{quoted(schema)}.{quoted(name)}"
         if not self._exists(cur, schema, name):
             if not self.config.create_table:
@@ -474,7 +491,7 @@ class PostgresSink(Sink):
                 )
             key = ""
             if kind == "rows" and self.table.keyed:
-                key = f", PRIMARY KEY ({', '.join(quoted(k) for k in self.table.primary_key)})"
+                key = f", PRIMARY KEY ({', '.join(quoted(k) for k in self._target_key())})"
             cur.execute(f"CREATE TABLE {full} ({_columns_sql(want, not_null=True)}{key})")
             return
         if kind == "rows" and self.table.keyed:
@@ -512,6 +529,37 @@ class PostgresSink(Sink):
 
     # -- keyed tables --------------------------------------------------------------------
 
+    def target_schema(self, kind: Kind = "rows") -> pa.Schema:
+        """The target table's columns: :meth:`schema`, and for an ``scd_type: 2``
+        table the version columns ``__start_at`` (NOT NULL) and ``__end_at``, of the
+        sequence's type (``sequence_by``'s, else the batch id's: BIGINT)."""
+        import pyarrow as pa
+
+        schema = self.schema(kind)
+        if kind == "rows" and self.history:
+            from airflow_connectors.sinks.changes import SEQ, state_schema
+
+            seq = state_schema(self.table).field(SEQ).type
+            schema = pa.schema(
+                [*schema, pa.field(START_AT, seq, nullable=False), pa.field(END_AT, seq)]
+            )
+        return schema
+
+    @property
+    def history(self) -> bool:
+        """Whether the target keeps every version of a key (``scd_type: 2``)."""
+        return self.table.keyed and self.table.scd_type == 2
+
+    def _target_key(self) -> list[str]:
+        """The target's primary key: the table's, and ``__start_at`` when it keeps
+        history."""
+        return [*self.table.primary_key, *([START_AT] if self.history else [])]
+
+    def _state_key(self) -> list[str]:
+        from airflow_connectors.sinks.changes import SEQ
+
+        return [SEQ] if self.history else []
+
     def keys_table(self) -> str:
         """The key-state table's name (in the target's schema): ``<table>__keys``."""
         return f"{self.target()[1]}{KEYS_SUFFIX}"
@@ -527,14 +575,15 @@ class PostgresSink(Sink):
             "AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL",
             (f"{quoted(schema)}.{quoted(name)}",),
         )
-        want = sorted(self.table.primary_key)
+        key = self._target_key()
+        want = sorted(key)
         if any(sorted(r[0] or ()) == want for r in cur.fetchall()):
             return
-        keys = ", ".join(quoted(k) for k in self.table.primary_key)
+        keys = ", ".join(quoted(k) for k in key)
+        what = "primary_key" + (" and __start_at (scd_type: 2)" if self.history else "")
         raise SinkUnwritable(
             f"table {self.table.name}: {schema}.{name} at {self.where()} has no primary key "
-            f"or unique constraint on the table's primary_key "
-            f"({', '.join(self.table.primary_key)}), which "
+            f"or unique constraint on the table's {what} ({', '.join(key)}), which "
             f"upserts need; add it (ALTER TABLE {quoted(schema)}.{quoted(name)} ADD "
             f"PRIMARY KEY ({keys})) or point the sink's table elsewhere"
         )
@@ -547,7 +596,8 @@ class PostgresSink(Sink):
 
         name = self.keys_table()
         full = f"{quoted(schema)}.{quoted(name)}"
-        keys = ", ".join(quoted(k) for k in self.table.primary_key)
+        # scd_type 2 remembers deletes, several per key (see _History).
+        keys = ", ".join(quoted(k) for k in (*self.table.primary_key, *self._state_key()))
         digest = hashlib.md5(name.encode(), usedforsecurity=False).hexdigest()[:10]
         cur.execute(
             f"CREATE TABLE IF NOT EXISTS {full} "
@@ -584,13 +634,30 @@ class PostgresSink(Sink):
                 cur.execute(f"ANALYZE {quoted(name)}")
         return quoted(name)
 
+    def _read_staged(
+        self, cur: Any, schema: str, stage: str, staged_columns: list[str]
+    ) -> pa.Table:
+        """A keyed batch's staged changes (:meth:`stage_schema`); the columns a batch
+        staged before the table gained them are null."""
+        import pyarrow as pa
+
+        from airflow_connectors.sinks.changes import with_change_columns
+
+        want = self.stage_schema("rows")
+        read = ", ".join(quoted(n) for n in want.names if n in staged_columns)
+        cur.execute(f"SELECT {read} FROM {quoted(schema)}.{quoted(stage)}")
+        staged = _as_declared(cur.fetch_arrow_table(), want)
+        for f in want:
+            if f.name not in staged.column_names:
+                staged = staged.append_column(f.name, pa.nulls(staged.num_rows, f.type))
+        return with_change_columns(staged.select(want.names).cast(want))
+
     def _apply_changes(
         self, cur: Any, schema: str, stage: str, staged_columns: list[str], batch_id: int
     ) -> int:
         """Inside publish's transaction, holding the table's publish lock: a keyed
         batch's staged changes applied to the target and its key state. Returns the
         number of changes the batch staged."""
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         from airflow_connectors.sinks import changes as ch
@@ -607,15 +674,7 @@ class PostgresSink(Sink):
         def cols(among: list[str], alias: str = "") -> str:
             return ", ".join(f"{alias}{quoted(n)}" for n in among)
 
-        # The staged changes; columns a batch staged before the table gained them: null.
-        want = self.stage_schema("rows")
-        read = [n for n in want.names if n in staged_columns]
-        cur.execute(f"SELECT {cols(read)} FROM {quoted(schema)}.{quoted(stage)}")
-        staged = _as_declared(cur.fetch_arrow_table(), want)
-        for f in want:
-            if f.name not in staged.column_names:
-                staged = staged.append_column(f.name, pa.nulls(staged.num_rows, f.type))
-        staged = ch.with_change_columns(staged.select(want.names).cast(want))
+        staged = self._read_staged(cur, schema, stage, staged_columns)
         collapsed = ch.collapse(staged, self.table, batch_id)
 
         # The key state of the batch's keys, and the floor.
@@ -694,6 +753,115 @@ class PostgresSink(Sink):
             )
         return int(staged.num_rows)
 
+    def _apply_history(
+        self, cur: Any, schema: str, stage: str, staged_columns: list[str], batch_id: int
+    ) -> int:
+        """:meth:`_apply_changes` of an ``scd_type: 2`` table: every change is a point
+        of its key's history, wherever its sequence falls (an older batch published late
+        fills its place in). A key's versions are rebuilt from its changes in order
+        (:func:`_versions`): the versions the target holds (an upsert at each
+        ``__start_at``; a delete at an ``__end_at`` no version starts at; the key-state
+        tombstone) and the batch's; then written as a difference: old versions whose end
+        moved are updated, new ones inserted, replaced ones deleted. Returns the number
+        of changes the batch staged."""
+        from airflow_connectors.changes import OP, SET
+        from airflow_connectors.sinks import changes as ch
+
+        keys = list(self.table.primary_key)
+        names = self.table.column_names
+        target = f"{quoted(schema)}.{quoted(self.target()[1])}"
+        state = f"{quoted(schema)}.{quoted(self.keys_table())}"
+        sschema = ch.state_schema(self.table)
+        tschema = self.target_schema("rows")
+
+        staged = self._history_changes(
+            self._read_staged(cur, schema, stage, staged_columns), batch_id
+        )
+        batch_keys = self._temp(
+            cur, "_ac_batch_keys", staged.select(keys).group_by(keys).aggregate([])
+        )
+        cur.execute(
+            f"SELECT {_cols([*names, START_AT, END_AT], 't.')} FROM {target} t "
+            f"JOIN {batch_keys} k ON {_on(keys, 't', 'k')}"
+        )
+        held = _as_declared(cur.fetch_arrow_table(), tschema).to_pylist()
+        cur.execute(
+            f"SELECT {_cols(sschema.names, 's.')} FROM {state} s JOIN {batch_keys} k "
+            f"ON {_on(keys, 's', 'k')}"
+        )
+        known = _as_declared(cur.fetch_arrow_table(), sschema).to_pylist()
+        plan = _History(keys, names, held, known)
+        for row in staged.to_pylist():
+            event = _Event(row[ch.SEQ], batch_id, row[ORDER], row[OP], row[SET], row)
+            plan.add(plan.key(row), event)
+        plan.build(_now_ms())
+
+        vkey = [*keys, START_AT]
+        if plan.gone:
+            removed = self._temp(cur, "_ac_versions_gone", _table(plan.gone, tschema, vkey))
+            cur.execute(f"DELETE FROM {target} t USING {removed} g WHERE {_on(vkey, 't', 'g')}")
+        if plan.ended:
+            moved = self._temp(
+                cur, "_ac_versions_ends", _table(plan.ended, tschema, [*vkey, END_AT])
+            )
+            cur.execute(
+                f"UPDATE {target} t SET {quoted(END_AT)} = m.{quoted(END_AT)} FROM {moved} m "
+                f"WHERE {_on(vkey, 't', 'm')}"
+            )
+        if plan.new:
+            every = [*names, START_AT, END_AT]
+            rows = self._temp(cur, "_ac_versions_new", _table(plan.new, tschema, every))
+            cur.execute(
+                f"INSERT INTO {target} ({_cols(every)}) SELECT {_cols(every)} FROM {rows} "
+                f"ON CONFLICT ({_cols(vkey)}) DO UPDATE SET {_excluded(every, vkey)}"
+            )
+        # The deletes to remember replace the keys' earlier ones.
+        cur.execute(f"DELETE FROM {state} s USING {batch_keys} k WHERE {_on(keys, 's', 'k')}")
+        marked = self._temp(cur, "_ac_marks", _table(plan.state, sschema, sschema.names))
+        cur.execute(
+            f"INSERT INTO {state} ({_cols(sschema.names)}) SELECT {_cols(sschema.names)} "
+            f"FROM {marked}"
+        )
+        cur.execute(
+            f"DELETE FROM {state} WHERE {quoted(ch.DELETED)} AND {quoted(ch.CHANGED_MS)} < $1 "
+            f"AND {quoted(keys[0])} IS NOT NULL",
+            (ch.tombstone_cutoff_ms(self.table),),
+        )
+        return int(staged.num_rows)
+
+    def _history_changes(self, staged: pa.Table, batch_id: int) -> pa.Table:
+        """A batch's staged changes into an ``scd_type: 2`` table with their sequence
+        (``__seq``); a truncate, or a change without a sequence value, is refused."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from airflow_connectors.changes import OP, TRUNCATE
+        from airflow_connectors.sinks import changes as ch
+
+        if staged.num_rows and pc.any(pc.equal(staged.column(OP), TRUNCATE)).as_py():
+            raise SinkUnwritable(
+                f"table {self.table.name}: batch {batch_id} holds a truncate, which a table "
+                "keeping history (scd_type: 2) cannot apply (which versions would it end, "
+                f"and when?); {self.location()} is unchanged. Keep the table with "
+                "scd_type: 1, or filter truncates out of the source"
+            )
+        n = staged.num_rows
+        seq_type = ch.state_schema(self.table).field(ch.SEQ).type
+        seq = (
+            staged.column(self.table.sequence_by).cast(seq_type)
+            if self.table.sequence_by
+            else pa.chunked_array([pa.array([batch_id] * n, pa.int64())])
+        )
+        if seq.null_count:
+            row = pc.indices_nonzero(pc.is_null(seq).combine_chunks())[0].as_py()
+            raise SinkUnwritable(
+                f"table {self.table.name}: change {row + 1} of batch {batch_id} has no "
+                f"{self.table.sequence_by} (the table's sequence_by), which places a change "
+                "in the history of a table with scd_type: 2; give every change a sequence "
+                "value"
+            )
+        return staged.append_column(ch.SEQ, seq)
+
     # -- the staged-write protocol -------------------------------------------------------
 
     def prepare(self, batch_id: int, attempt: str) -> None:
@@ -705,11 +873,6 @@ class PostgresSink(Sink):
                 pg_type(f.type)
             except ValueError as e:
                 raise SinkUnwritable(f"table {self.table.name}: column {f.name}: {e}") from e
-        if self.table.keyed and self.table.scd_type == 2:
-            raise SinkUnwritable(
-                f"table {self.table.name}: the postgres sink keeps the latest row per key "
-                "(scd_type: 1) and cannot keep history yet; set scd_type: 1"
-            )
         with self.transaction(f"prepare batch {batch_id}") as cur:
             schema = self.resolve_schema(cur)
             self._lock_ddl(cur)
@@ -860,7 +1023,8 @@ class PostgresSink(Sink):
                 # The staged columns: a batch staged before a later batch added columns
                 # (published after it) has fewer than the table; they stay NULL.
                 if kind == "rows" and self.table.keyed:
-                    counts[kind] = self._apply_changes(cur, schema, stage, staged_columns, batch_id)
+                    apply = self._apply_history if self.history else self._apply_changes
+                    counts[kind] = apply(cur, schema, stage, staged_columns, batch_id)
                 else:
                     names = staged_columns if kind == "rows" else self.schema(kind).names
                     cols = ", ".join(quoted(n) for n in names)
@@ -947,6 +1111,184 @@ class PostgresSink(Sink):
             )
         greatest: object | None = row[0]
         return greatest
+
+
+# --- scd_type 2: a key's versions from its changes ------------------------------------
+
+UPSERT_OP, DELETE_OP, UPDATE_OP = 0, 1, 2
+
+
+@dataclass
+class _Event:
+    """One change of a key: its mark, operation and values (``old``: a change the
+    target's versions already hold)."""
+
+    seq: Any
+    batch: int
+    order: int
+    op: int
+    sets: list[str] | None
+    row: dict[str, Any]
+    old: bool = False
+
+
+@dataclass
+class _Version:
+    start: Any
+    end: Any
+    row: dict[str, Any]
+    old: bool
+
+
+def _versions(events: list[_Event], names: list[str]) -> list[_Version]:
+    """A key's versions from its changes (old and new), in sequence order: an upsert
+    starts a version and ends the one before; a delete ends it; a partial update starts
+    a version from the one before with its columns set (nothing when none is current).
+    Changes with one sequence value make one point of the history: the last of them by
+    (batch, order), partial updates folded onto the change before them at that point."""
+    out: list[_Version] = []
+    for e in sorted(events, key=lambda e: (e.seq, e.batch, e.order)):
+        cur = out[-1] if out and out[-1].end is None else None
+        # A version started at this point is still current: a later version would
+        # have a greater start, and a delete at this point removed it.
+        same = out[-1] if out and out[-1].start == e.seq else None
+        if e.op == UPSERT_OP:
+            row = {c: e.row.get(c) for c in names}
+            if same is not None:
+                out[-1] = _Version(e.seq, None, row, e.old and same.old)
+            else:
+                if cur is not None:
+                    cur.end = e.seq
+                out.append(_Version(e.seq, None, row, e.old))
+        elif e.op == DELETE_OP:
+            if same is not None:  # deleted at the point it was written: no version
+                out.pop()  # (the version before ends at this point already)
+            elif cur is not None:
+                cur.end = e.seq
+        elif cur is not None:  # a partial update of the current version
+            row = {**cur.row, **{c: e.row.get(c) for c in e.sets or []}}
+            if same is not None:
+                out[-1] = _Version(e.seq, None, row, False)
+            else:
+                cur.end = e.seq
+                out.append(_Version(e.seq, None, row, False))
+    return out
+
+
+class _History:
+    """The versions an ``scd_type: 2`` batch writes, for the keys it changes: from the
+    target's versions of those keys (``held`` rows: columns, ``__start_at``,
+    ``__end_at``), their remembered deletes (``known``: key-state rows) and the batch's
+    changes (:meth:`add`). :meth:`build` fills ``gone`` (versions to delete: key and
+    start), ``ended`` (old versions whose end moved), ``new`` (versions to insert or
+    replace) and ``state`` (the deletes to remember: those no version ends at, which
+    the history cannot show; a later, older upsert of the key ends there)."""
+
+    def __init__(
+        self,
+        keys: list[str],
+        names: list[str],
+        held: list[dict[str, Any]],
+        known: list[dict[str, Any]],
+    ) -> None:
+        from airflow_connectors.sinks.changes import SEQ
+
+        self.keys, self.names = keys, names
+        self.events: dict[tuple[Any, ...], list[_Event]] = {}
+        self.before: dict[tuple[Any, ...], dict[Any, Any]] = {}
+        #: The remembered deletes: key -> {sequence: key-state row}.
+        self.deletes: dict[tuple[Any, ...], dict[Any, dict[str, Any]]] = {}
+        for row in known:
+            self.deletes.setdefault(self.key(row), {})[row[SEQ]] = row
+        for row in held:
+            self.before.setdefault(self.key(row), {})[row[START_AT]] = row[END_AT]
+            self.add(self.key(row), _Event(row[START_AT], -1, -1, UPSERT_OP, None, row, True))
+        for k, versions in self.before.items():  # an end no version starts at: a delete
+            for end in set(versions.values()) - set(versions) - {None}:
+                self.add(k, _Event(end, -1, -1, DELETE_OP, None, {}, old=True))
+        for k, points in self.deletes.items():
+            ends = set(self.before.get(k, {}).values())
+            for seq in points:
+                if seq not in ends:
+                    self.add(k, _Event(seq, -1, -1, DELETE_OP, None, {}, old=True))
+        self.gone: list[dict[str, Any]] = []
+        self.ended: list[dict[str, Any]] = []
+        self.new: list[dict[str, Any]] = []
+        self.state: list[dict[str, Any]] = []
+
+    def key(self, row: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(row[k] for k in self.keys)
+
+    def add(self, key: tuple[Any, ...], event: _Event) -> None:
+        self.events.setdefault(key, []).append(event)
+
+    def build(self, now_ms: int) -> None:
+        for k, events in self.events.items():
+            key_cols = dict(zip(self.keys, k, strict=True))
+            built = _versions(events, self.names)
+            before = self.before.get(k, {})
+            starts = {v.start for v in built}
+            self.gone += [{**key_cols, START_AT: s} for s in before if s not in starts]
+            for v in built:
+                if not (v.old and v.start in before):
+                    self.new.append({**v.row, START_AT: v.start, END_AT: v.end})
+                elif before[v.start] != v.end:
+                    self.ended.append({**key_cols, START_AT: v.start, END_AT: v.end})
+            self.state += self._remembered(k, key_cols, events, built, now_ms)
+
+    def _remembered(
+        self,
+        k: tuple[Any, ...],
+        key_cols: dict[str, Any],
+        events: list[_Event],
+        built: list[_Version],
+        now_ms: int,
+    ) -> list[dict[str, Any]]:
+        """The key's deletes the history does not show (no version starts or ends at
+        their sequence), as key-state rows; a remembered one keeps its time."""
+        from airflow_connectors.sinks.changes import BATCH, CHANGED_MS, DELETED, SEQ
+
+        shown = {v.start for v in built} | {v.end for v in built}
+        out: dict[Any, dict[str, Any]] = {}
+        for e in sorted(events, key=lambda e: (e.seq, e.batch, e.order)):
+            if e.op != DELETE_OP or e.seq in shown:
+                continue
+            held = self.deletes.get(k, {}).get(e.seq)
+            out[e.seq] = held or {
+                **key_cols,
+                SEQ: e.seq,
+                BATCH: e.batch,
+                ORDER: e.order,
+                DELETED: True,
+                CHANGED_MS: now_ms,
+            }
+        return list(out.values())
+
+
+def _on(keys: list[str], left: str, right: str) -> str:
+    return " AND ".join(f"{left}.{quoted(k)} = {right}.{quoted(k)}" for k in keys)
+
+
+def _cols(names: list[str], alias: str = "") -> str:
+    return ", ".join(f"{alias}{quoted(n)}" for n in names)
+
+
+def _excluded(names: list[str], keys: list[str]) -> str:
+    return ", ".join(f"{quoted(n)} = EXCLUDED.{quoted(n)}" for n in names if n not in keys)
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)
+
+
+def _table(rows: list[dict[str, Any]], schema: pa.Schema, names: list[str]) -> pa.Table:
+    """``rows`` as a table of ``schema``'s ``names`` columns (all nullable)."""
+    import pyarrow as pa
+
+    fields = [schema.field(n).with_nullable(True) for n in names]
+    return pa.Table.from_pylist([{n: r.get(n) for n in names} for r in rows], pa.schema(fields))
 
 
 def _is_text(t: pa.DataType) -> bool:

@@ -5,7 +5,8 @@ Each expected table is computed here from the change list in its true order (by
 ``sequence_by``, else by batch and place in the batch), never by the sink's own code:
 inserts, updates, deletes, several changes of a key in one batch, partial updates,
 truncates, batches published out of order, a publish killed inside its transaction, two
-publishers racing, schema evolution. Each test works in a schema of its own."""
+publishers racing, schema evolution, and the history ``scd_type: 2`` keeps (in order and
+out of order). Each test works in a schema of its own."""
 
 from __future__ import annotations
 
@@ -489,8 +490,120 @@ def test_existing_target_needs_a_unique_key(new_schema: Callable[[], str]) -> No
     assert sql(f"SELECT a, id, v FROM {schema}.t") == [(1, 1, "x2")]
 
 
-def test_scd_type_2_is_refused(new_schema: Callable[[], str]) -> None:
-    """History (scd_type: 2) is not kept by this sink: prepare says so in one line."""
-    sink = sink_for(keyed_table(new_schema(), scd_type=2))
-    with pytest.raises(SinkUnwritable, match="set scd_type: 1"):
-        sink.prepare(1, "1-a")
+# --- scd_type 2 -------------------------------------------------------------------------
+
+
+def history(batches: dict[int, list[Change]], sequence_by: str | None) -> list[Change]:
+    """The versions ``scd_type: 2`` keeps, from the changes in their true order: per
+    key, the state after the last change at each sequence value (a row, or deleted);
+    each row starts a version at its sequence value, ended by the key's next point."""
+    marked = sorted(
+        ((c[sequence_by] if sequence_by else b), b, i, c)
+        for b, changes in batches.items()
+        for i, c in enumerate(changes)
+    )
+    points: dict[Any, dict[Any, Change | None]] = {}
+    now: dict[Any, Change | None] = {}
+    for seq, _, _, c in marked:
+        k, op = c["id"], c["__op"]
+        if op == UPSERT:
+            now[k] = c
+        elif op == DELETE:
+            now[k] = None
+        elif now.get(k) is not None:
+            now[k] = {**now[k], **{n: c[n] for n in c["__set"]}}  # type: ignore[dict-item]
+        else:
+            continue  # a partial update of nothing: no point
+        points.setdefault(k, {})[seq] = now[k]
+    out = []
+    for timeline in points.values():
+        opened: Change | None = None
+        for seq, row in sorted(timeline.items()):
+            if opened is not None:
+                opened["__end_at"] = seq
+                opened = None
+            if row is not None:
+                opened = {**{n: row.get(n) for n in ("id", "v", "w")}, "__start_at": seq}
+                opened["__end_at"] = None
+                out.append(opened)
+    return sorted(out, key=lambda r: (r["id"], r["__start_at"]))
+
+
+def versions(sink: PostgresSink) -> list[Change]:
+    data = sink.read()
+    assert data is not None
+    got = data.select(["id", "v", "w", "__start_at", "__end_at"]).to_pylist()
+    return sorted(got, key=lambda r: (r["id"], r["__start_at"]))
+
+
+def test_scd_type_2_keeps_every_version(new_schema: Callable[[], str]) -> None:
+    """``scd_type: 2`` with ``sequence_by``: each change of a key is a version from
+    its sequence value to the next change's (the current one's ``__end_at`` NULL); a
+    delete ends the current version; a partial update starts a version from the one
+    before; changes of one sequence value make one point (the last wins); the target's
+    primary key is (key, ``__start_at``); publishing again adds nothing; a truncate is
+    refused in one line."""
+    schema = new_schema()
+    sink = sink_for(keyed_table(schema, sequence_by="seq", scd_type=2))
+    batches = {
+        1: [up(1, "a", 1, seq=10), up(2, "b", 2, seq=11), up(1, "a2", 1, seq=12)],
+        2: [update(1, w=5, seq=20), delete(2, seq=21), up(3, "c", seq=22), up(3, "c2", seq=22)],
+        3: [up(2, "b3", seq=30), delete(3, seq=31), update(3, v="x", seq=32), delete(9, seq=33)],
+    }
+    attempts = {b: publish(sink, b, changes) for b, changes in batches.items()}
+    want = history(batches, "seq")
+    assert versions(sink) == want
+    assert [(r["id"], r["__start_at"], r["__end_at"]) for r in want] == [
+        (1, 10, 12),
+        (1, 12, 20),
+        (1, 20, None),
+        (2, 11, 21),
+        (2, 30, None),
+        (3, 22, 31),
+    ]
+    key = sql(
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+        "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = $1::regclass AND i.indisprimary "
+        "ORDER BY a.attnum",
+        f"{schema}.t",
+    )
+    assert key == [("id",), ("__start_at",)]
+    sink.publish(2, attempts[2])
+    assert versions(sink) == want
+
+    attempt = stage(sink, 4, [up(4, "d", seq=40), {**TRUNC, "seq": 41}])
+    with pytest.raises(SinkUnwritable, match="scd_type: 2") as info:
+        sink.publish(4, attempt)
+    assert "\n" not in str(info.value)
+    assert versions(sink) == want
+    assert recorded(schema) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("sequenced", [False, True])
+def test_scd_type_2_history_whatever_order_batches_publish_in(
+    new_schema: Callable[[], str], sequenced: bool
+) -> None:
+    """Five batches of random upserts and deletes over few keys, published in a random
+    order: an older batch published late fills its versions in between, so the history
+    is the one the changes make in their true order."""
+    rng = random.Random(2 + sequenced)
+    schema = new_schema()
+    seq_by = "seq" if sequenced else None
+    sink = sink_for(keyed_table(schema, sequence_by=seq_by, scd_type=2))
+    seqs = rng.sample(range(10_000), 5 * 30)
+    batches: dict[int, list[Change]] = {}
+    for b in range(1, 6):
+        changes = []
+        for j in range(30):
+            k = rng.randrange(8)
+            seq = {"seq": seqs[(b - 1) * 30 + j]} if sequenced else {}
+            if rng.random() < 0.3:
+                changes.append(delete(k, **seq))
+            else:
+                changes.append(up(k, f"{b}.{j}", rng.randrange(100), **seq))
+        batches[b] = changes
+    order = list(batches)
+    rng.shuffle(order)
+    for b in order:
+        publish(sink, b, batches[b])
+    assert versions(sink) == history(batches, seq_by), f"published in order {order}"
