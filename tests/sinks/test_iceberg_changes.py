@@ -23,7 +23,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_connectors.changes import DELETE, TRUNCATE, UPDATE, UPSERT, change_fields
-from airflow_connectors.sinks import iceberg
+from airflow_connectors.sinks import _fs, iceberg
 from airflow_connectors.sinks.base import SinkUnwritable
 from airflow_connectors.sinks.iceberg import BATCH_PROPERTY, IcebergSink
 from airflow_connectors.spec.models import ColumnSpec, TableSpec
@@ -52,17 +52,20 @@ class Lake:
     """An Iceberg sink of one keyed table on a local warehouse, its catalog in SQLite
     (or ``url``)."""
 
-    def __init__(self, tmp: Path, table: TableSpec, url: str | None = None) -> None:
+    def __init__(
+        self, tmp: Path, table: TableSpec, url: str | None = None, warehouse: str | None = None
+    ) -> None:
         self.tmp = tmp
         self.table = table
         self.url = url or f"sqlite:///{tmp / 'state.db'}"
+        self.warehouse = warehouse or str(tmp / "wh")
 
     def sink(self, table: TableSpec | None = None) -> IcebergSink:
         sink = IcebergSink(
             IcebergSink.Config(),
             pipeline="p",
             table=table or self.table,
-            warehouse=str(self.tmp / "wh"),
+            warehouse=self.warehouse,
         )
         sink.connector = "c"
         sink.state_store_url = self.url
@@ -418,6 +421,28 @@ def test_a_column_added_to_the_spec_evolves_a_keyed_table(tmp_path: Path) -> Non
         (2,): {"id": 2, "name": "b2", "amount": 20, "note": None},
         (3,): {"id": 3, "name": "c3", "amount": 30, "note": "n3"},
     }
+
+
+def test_changes_on_an_s3_warehouse(
+    tmp_path: Path, s3_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same publish with the table, its key state and the staged parts on S3 (the
+    moto server): the true table, and no staged part left."""
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    bucket = s3_server.create_bucket(f"keys-{os.getpid()}")
+    lake = Lake(tmp_path, spec(), warehouse=f"s3://{bucket}/wh")
+    batches = {
+        1: [up(1, "a", 1), up(2, "b", 2), up(3, "c", 3)],
+        2: [update(1, amount=10), delete(2), up(4, "d")],
+        3: [up(2, "b-late"), delete(3)],
+    }
+    for b in (1, 3, 2):
+        lake.land(b, batches[b])
+    assert lake.rows() == truth(batches)
+    sink = lake.sink()
+    fs, path = _fs.filesystem(sink.location())
+    assert [p for p in _fs.files(fs, path, ".parquet") if "/batch-" in p] == []
 
 
 def test_dead_letters_land_beside_a_keyed_table(tmp_path: Path) -> None:
