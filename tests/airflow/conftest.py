@@ -150,8 +150,37 @@ class EndToEnd:
         return sorted(ds.dataset(str(path), format="parquet").to_table().column("id").to_pylist())
 
 
+#: The running :class:`EndToEnd`, stopped right after the last test of the session that
+#: uses it (:func:`pytest_runtest_teardown`) instead of at the session's end: idle, its
+#: scheduler, dag-processor, triggerer, API server and the cron witness's run a minute
+#: would take CPU from every test after the Airflow modules.
+_RUNNING: list[EndToEnd] = []
+_LAST_USER: dict[int, str | None] = {}
+
+
+def _stop_e2e(e2e: EndToEnd) -> None:
+    e2e.stop_cron_witness()
+    e2e.airflow.stop()  # idempotent
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last test that uses ``e2e`` (its module's fixtures torn down), stop it."""
+    try:
+        return (yield)
+    finally:
+        if _RUNNING:
+            session = item.session
+            if id(session) not in _LAST_USER:
+                users = [i.nodeid for i in session.items if "e2e" in getattr(i, "fixturenames", ())]
+                _LAST_USER[id(session)] = users[-1] if users else None
+            if item.nodeid == _LAST_USER[id(session)]:
+                _stop_e2e(_RUNNING.pop())
+
+
 @pytest.fixture(scope="session")
 def e2e(tmp_path_factory: pytest.TempPathFactory, pg_database: Any) -> Iterator[EndToEnd]:
+    """Started by the first test that needs it; stopped after the last one."""
     from airflow_connectors.testing.standalone import StandaloneAirflow
 
     root = tmp_path_factory.mktemp("e2e")
@@ -176,12 +205,14 @@ def e2e(tmp_path_factory: pytest.TempPathFactory, pg_database: Any) -> Iterator[
     )
     airflow.start()
     e2e = EndToEnd(root, airflow)
+    _RUNNING.append(e2e)
     try:
         e2e.start_cron_witness()
         yield e2e
     finally:
-        e2e.stop_cron_witness()
-        airflow.stop()
+        if e2e in _RUNNING:
+            _RUNNING.remove(e2e)
+        _stop_e2e(e2e)
 
 
 def write_pipeline(name: str, tables: dict[str, Any]) -> dict[str, Any]:
