@@ -126,7 +126,9 @@ class PostgresCdcInputConfig(_pg.PostgresConnectionConfig):
         default=None,
         description="The logical replication slot the connector creates and owns (one per "
         "connector; lower-case letters, digits and _, at most 63). Unset: "
-        "ac_<table>_<connector>_<hash>. Two connectors must never share a slot.",
+        "ac_<table>_<connector>_<hash of table, connector, source_table and "
+        "publication>. Two connectors must never share a slot: set it when two pipelines "
+        "with the same table and connector names read one database.",
     )
     snapshot: bool = Field(
         default=True,
@@ -462,6 +464,24 @@ class PostgresCdcInputTransport(SequenceSource):
         from psycopg import errors
 
         if self._slot_row(conn) is not None:
+            # Left by a first discovery whose plan was never stored; a slot in use is
+            # someone else's (two connectors with the same table and connector names).
+            active = conn.execute(
+                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                (self.slot,),
+            ).fetchone()
+            if active is not None and active[0] is not None:
+                raise self._fail(
+                    f"replication slot {self.slot} is in use by server process {active[0]}, "
+                    "but this connector has no offsets yet: another connector or client "
+                    "uses it; give this connector a slot_name of its own"
+                )
+            log.warning(
+                "%s: dropping replication slot %s, made by a discovery whose plan was not "
+                "stored, to start again",
+                self.who,
+                self.slot,
+            )
             conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
         try:
             row = conn.execute(

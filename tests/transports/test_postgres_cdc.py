@@ -341,6 +341,21 @@ def test_the_snapshot_hands_over_to_the_changes_while_rows_change(db: Any) -> No
     assert _normal(model) == _source_rows(db, table)
 
 
+def test_a_first_discovery_whose_plan_was_lost_starts_again(db: Any) -> None:
+    """A first discovery that made the slot but whose plan was never stored (a crash):
+    the next one, still without offsets, makes the slot again and plans the snapshot."""
+    table = _source(db)
+    transport = _transport(db, table)
+    lost = list(transport.discover(Cursor(), Limits()))
+    with db.connect() as conn:
+        conn.execute(f"INSERT INTO {table} (id, name) VALUES (1, 'a')")
+    again = list(transport.discover(Cursor(), Limits()))
+    assert [i.key for i in again] == [transport.snapshot_key, transport.key]
+    assert again[0].meta["lsn"] > lost[0].meta["lsn"]
+    assert _slot_at(db, transport.slot) == again[0].meta["lsn"]
+    assert [r["id"] for r in _read(transport, again)] == [1]
+
+
 def test_bounded_reads_up_to_the_first_discoverys_position(db: Any) -> None:
     """follow: false: the snapshot and the changes up to where the first discovery
     planned; later changes are never planned."""
