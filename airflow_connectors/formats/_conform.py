@@ -186,67 +186,102 @@ def _conform_changes(data: pa.Table, table: TableSpec, schema: pa.Schema) -> pa.
     partial update sets). Into a table without a key only upserts are rows (appended,
     without the change columns): a delete, update or truncate is the record's error."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    from airflow_connectors.changes import (
-        OP,
-        OP_NAMES,
-        SET,
-        TRUNCATE,
-        UPDATE,
-        UPSERT,
-        op_type,
-        set_type,
-    )
+    from airflow_connectors.changes import OP, SET
 
-    n = data.num_rows
-    names = set(data.column_names)
-    if OP in names:
-        ops = pc.fill_null(data.column(OP).cast(op_type()), UPSERT)
-    else:
-        ops = pa.chunked_array([pa.array([UPSERT] * n, op_type())])
     if not table.keyed:
-        others = pc.not_equal(ops, UPSERT)
-        if pc.any(others).as_py():
-            row = pc.indices_nonzero(others.combine_chunks())[0].as_py()
-            what = OP_NAMES.get(ops[row].as_py(), "change")
-            raise RowError(
-                f"a {what} record cannot be applied to table {table.name}, which has no "
-                "primary key; declare the table's primary_key (its rows are then "
-                "upserted and deleted by key), or read the data with update_format: raw",
-                row,
-            )
+        _refuse_changes(data, table)
         return conform(
             data.drop_columns([c for c in data.column_names if c in (OP, SET)]), table, schema
         )
-    sets = data.column(SET) if SET in names else pa.chunked_array([pa.nulls(n, set_type())])
-    keys = set(table.primary_key)
+    n = data.num_rows
+    names = set(data.column_names)
     arrays = []
     for col, fld in zip(table.columns, schema, strict=True):
         if col.name in names:
-            arr = coerce(data.column(col.name), col, fld.type)
+            arrays.append(coerce(data.column(col.name), col, fld.type))
         else:
-            arr = pa.chunked_array([pa.nulls(n, fld.type)])
-        if not col.nullable and arr.null_count:
-            if col.name in keys:
-                needed = pc.not_equal(ops, TRUNCATE)
-            else:
-                needed = pc.equal(ops, UPSERT)
-                sets_it = pc.fill_null(pc.list_value_length(sets), 0)  # cheap pre-check
-                if pc.any(pc.and_(pc.equal(ops, UPDATE), pc.greater(sets_it, 0))).as_py():
-                    named = [col.name in (s or ()) for s in sets.to_pylist()]
-                    needed = pc.or_(needed, pc.and_(pc.equal(ops, UPDATE), pa.array(named)))
-            missing = pc.and_(pc.is_null(arr), needed)
-            if pc.any(missing).as_py():
-                row = pc.indices_nonzero(missing.combine_chunks())[0].as_py()
-                raise RowError(
-                    f"column {col.name!r} is NOT NULL but the "
-                    f"{OP_NAMES.get(ops[row].as_py(), 'change')} record in row {row + 1} "
-                    f"of {n} has no value for it",
-                    row,
-                )
-        arrays.append(arr)
-    out = pa.Table.from_arrays(arrays, schema=schema)
+            arrays.append(pa.chunked_array([pa.nulls(n, fld.type)]))
+    return with_changes(pa.Table.from_arrays(arrays, schema=schema), data, table)
+
+
+def _operations(data: pa.Table) -> pa.ChunkedArray:
+    """``data``'s ``__op`` (null: an upsert), or upserts when it has none."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from airflow_connectors.changes import OP, UPSERT, op_type
+
+    if OP in data.column_names:
+        return pc.fill_null(data.column(OP).cast(op_type()), UPSERT)
+    return pa.chunked_array([pa.array([UPSERT] * data.num_rows, op_type())])
+
+
+def _op_name(op: int | None) -> str:
+    from airflow_connectors.changes import OP_NAMES
+
+    name = OP_NAMES.get(op or 0, "change")
+    return f"an {name}" if name[0] in "aeiou" else f"a {name}"
+
+
+def _refuse_changes(data: pa.Table, table: TableSpec) -> None:
+    """Raise :class:`RowError` at the first change of ``data`` that is no upsert: a
+    table without a key only appends rows."""
+    import pyarrow.compute as pc
+
+    from airflow_connectors.changes import UPSERT
+
+    ops = _operations(data)
+    others = pc.not_equal(ops, UPSERT)
+    if pc.any(others).as_py():
+        row = pc.indices_nonzero(others.combine_chunks())[0].as_py()
+        raise RowError(
+            f"{_op_name(ops[row].as_py())} record cannot be applied to table {table.name}, "
+            "which has no primary key; declare the table's primary_key (its rows are then "
+            "upserted and deleted by key), or read the data with update_format: raw",
+            row,
+        )
+
+
+def with_changes(out: pa.Table, data: pa.Table, table: TableSpec) -> pa.Table:
+    """``out`` (``data``'s rows in a keyed table's columns, NOT NULL not checked yet)
+    with ``data``'s ``__op`` and ``__set``, once each NOT NULL column holds a value
+    wherever the change carries it (see :func:`_conform_changes`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from airflow_connectors.changes import SET, TRUNCATE, UPDATE, UPSERT, op_type, set_type
+
+    n = data.num_rows
+    ops = _operations(data)
+    sets = (
+        data.column(SET)
+        if SET in data.column_names
+        else pa.chunked_array([pa.nulls(n, set_type())])
+    )
+    keys = set(table.primary_key)
+    for col in table.columns:
+        arr = out.column(col.name)
+        if col.nullable or not arr.null_count:
+            continue
+        if col.name in keys:
+            needed = pc.not_equal(ops, TRUNCATE)
+        else:
+            needed = pc.equal(ops, UPSERT)
+            sets_it = pc.fill_null(pc.list_value_length(sets), 0)  # cheap pre-check
+            if pc.any(pc.and_(pc.equal(ops, UPDATE), pc.greater(sets_it, 0))).as_py():
+                named = [col.name in (s or ()) for s in sets.to_pylist()]
+                needed = pc.or_(needed, pc.and_(pc.equal(ops, UPDATE), pa.array(named)))
+        missing = pc.and_(pc.is_null(arr), needed)
+        if pc.any(missing).as_py():
+            row = pc.indices_nonzero(missing.combine_chunks())[0].as_py()
+            raise RowError(
+                f"column {col.name!r} is NOT NULL but {_op_name(ops[row].as_py())} record "
+                f"in row {row + 1} of {n} has no value for it",
+                row,
+            )
+    from airflow_connectors.changes import OP
+
     out = out.append_column(pa.field(OP, op_type(), nullable=False), ops)
     return out.append_column(pa.field(SET, set_type()), sets.cast(set_type()))
 
@@ -647,8 +682,13 @@ def _conform_rescuing(
 ) -> pa.Table:
     import pyarrow as pa
 
+    from airflow_connectors.changes import OP, SET
     from airflow_connectors.spec.models import RESCUED_DATA
 
+    if not table.keyed and OP in data.column_names:
+        _refuse_changes(data, table)
+        data = data.drop_columns([c for c in data.column_names if c in (OP, SET)])
+    changes = table.keyed
     n = data.num_rows
     rows: list[dict[str, object]] = (
         [dict(r) for r in rescued] if rescued else [{} for _ in range(n)]
@@ -667,12 +707,14 @@ def _conform_rescuing(
             arr = _coerce_rescuing(data.column(col.name), col, fld.type, rows)
         else:
             arr = pa.chunked_array([pa.nulls(n, fld.type)])
-        if not col.nullable and arr.null_count:
+        if not col.nullable and arr.null_count and not changes:
             raise RowError(f"column {col.name!r} is NOT NULL but the record has no value for it")
         arrays.append(arr)
     text = pa.chunked_array([pa.array([rescued_text(r) for r in rows], pa.string())])
     out = [text if a is None else a for a in arrays]
-    return pa.Table.from_arrays(out, schema=schema)
+    result = pa.Table.from_arrays(out, schema=schema)
+    # A keyed table's changes keep their operations (NOT NULL as the change carries it).
+    return with_changes(result, data, table) if changes else result
 
 
 def _coerce_rescuing(

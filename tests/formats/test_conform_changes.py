@@ -89,3 +89,28 @@ def test_unkeyed_table_appends_inserts_and_refuses_a_delete() -> None:
             table.arrow_schema(),
         )
     assert e.value.row == 1
+
+
+def test_rescue_mode_keeps_the_operations_of_a_keyed_table() -> None:
+    from airflow_connectors.formats._conform import Evolution, conform_evolving
+    from airflow_connectors.spec.models import RESCUED_DATA
+
+    keyed = _table(keyed=True)
+    table = keyed.model_copy(
+        update={
+            "columns": (
+                *keyed.columns,
+                ColumnSpec(name=RESCUED_DATA, type=parse_type("VARCHAR")[0]),
+            ),
+            "schema_evolution": "rescue",
+        }
+    )
+    data = _data([{"id": 1, "name": "a", "n": 1, OP: UPSERT}, {"id": 2, OP: DELETE}])
+    data = data.append_column("extra", pa.array(["x", None]))
+    out = conform_evolving(data, table, table.arrow_schema(), Evolution("rescue"))
+    assert out.column(OP).to_pylist() == [UPSERT, DELETE]
+    assert out.column(RESCUED_DATA).to_pylist() == ['{"extra": "x"}', None]
+    with pytest.raises(RowError, match="NOT NULL but an upsert record"):
+        conform_evolving(
+            _data([{"id": 3, OP: UPSERT}]), table, table.arrow_schema(), Evolution("rescue")
+        )
