@@ -22,9 +22,9 @@ the server's WAL *insert* position: every record that starts below it is already
 written or being written, so the set of commits in the range is fixed. A read first
 waits until the WAL is flushed up to the range's end (with ``synchronous_commit = off``
 the WAL writer does so within a few ``wal_writer_delay``), because a peek decodes
-flushed WAL only. A range is read in one peek, from the
-slot's confirmed position up to the range's end, keeping the transactions whose commit
-lies in the range, in commit order: the row order of the batch. Ranges are one per
+flushed WAL only. A range is read in one peek, from the slot's confirmed position up
+to the range's end, keeping the transactions whose commit lies in the range, in commit
+order: the row order of the batch. Ranges are one per
 discovery (a peek always decodes from the slot's confirmed position, so several ranges
 of one slot would decode the same WAL again and again). ``records`` of a range and the
 connector's lag therefore count WAL bytes, not changes.
