@@ -30,8 +30,19 @@ as an append is. A change older than what the table holds for its key (by
 ``sequence_by``, then batch, then order) never wins, whichever order batches publish
 in; a crash between the two commits re-applies the batch (its marks are equal), which
 changes nothing twice. Columns added to the spec are added to the table first; a batch
-staged before them writes them as null on the rows it upserts. ``scd_type: 2`` is
-refused by ``prepare``: the sink keeps each key's latest row only.
+staged before them writes them as null on the rows it upserts. The key columns are the
+Iceberg schema's identifier fields (``scd_type: 1``, when they are required columns).
+Keys are filtered with ``In`` up to :data:`IN_LIMIT` values, else by their range and a
+join.
+
+``scd_type: 2`` keeps history instead: the table has two more columns, ``__start_at``
+and ``__end_at`` (``sequence_by``'s type, else BIGINT: the batch id), as Databricks'
+AUTO CDC names them. A change ends the key's current row (``__end_at`` null) at its
+sequence value and an upsert adds the key's new current row from it; a delete only
+ends; a truncate ends every row it removes at its own sequence value (a truncate record
+without one is refused). One version per key and batch: changes of one key within a
+batch collapse to the last, as for type 1, and a change older than the key's last
+applied one adds no version (the history is not re-ordered), as the ``delta`` sink does.
 
 Fail points: ``iceberg_keys_committed`` (a keyed batch's key state committed, its table
 commit not yet), ``iceberg_committed`` (the batch committed, not yet marked published by
@@ -66,6 +77,11 @@ BATCH_PROPERTY = "airflow-connectors.batch"
 ATTEMPT_PROPERTY = "airflow-connectors.attempt"
 #: Concurrent commits (another publisher of the table) are retried this many times.
 COMMIT_TRIES = 20
+#: ``scd_type: 2``: when a row version became the key's row (the change's sequence
+#: value: ``sequence_by``'s, else the batch id), and when a later change replaced or
+#: deleted it (null: the key's current row). Databricks' AUTO CDC names.
+START_AT = "__start_at"
+END_AT = "__end_at"
 
 
 class IcebergSinkConfig(SinkConfig):
@@ -150,14 +166,27 @@ class IcebergSink(Sink):
         return _fs.join(self._batch_folder(batch_id, kind), attempt)
 
     def schema(self, kind: Kind = "rows") -> pa.Schema:
-        """The Arrow schema of the table's Parquet parts (rows or dead letters)."""
-        return file_schema(super().schema(kind))
+        """The Arrow schema of the table's Parquet parts (rows or dead letters); with
+        ``scd_type: 2`` the history columns :data:`START_AT` and :data:`END_AT` follow
+        the table's."""
+        import pyarrow as pa
+
+        schema = file_schema(super().schema(kind))
+        if kind == "rows" and self.history:
+            seq = changes_.state_schema(self.table).field(changes_.SEQ).type
+            schema = schema.append(pa.field(START_AT, seq)).append(pa.field(END_AT, seq))
+        return schema
+
+    @property
+    def history(self) -> bool:
+        """Whether the table keeps every version of a key (``scd_type: 2``)."""
+        return self.table.keyed and self.table.scd_type == 2
 
     def staged_schema(self, kind: Kind = "rows") -> pa.Schema:
         """The Arrow schema of the staged parts: :meth:`schema`, and for a keyed table's
         rows the table's columns, all nullable (a delete carries its key only, a
         truncate nothing), then the change columns (``changes.change_fields()``)."""
-        schema = self.schema(kind)
+        schema = file_schema(super().schema(kind))
         if kind != "rows" or not self.table.keyed:
             return schema
         import pyarrow as pa
@@ -277,14 +306,7 @@ class IcebergSink(Sink):
 
     def prepare(self, batch_id: int, attempt: str) -> None:
         """Removes what an earlier run of this attempt left; checks the warehouse can be
-        written and the catalog opened (and creates the tables), before Spark starts.
-        Refuses ``scd_type: 2`` (this sink keeps each key's latest row only)."""
-        if self.table.keyed and self.table.scd_type == 2:
-            raise SinkUnwritable(
-                f"table {self.table.name}: the iceberg sink keeps each key's latest row "
-                "(scd_type: 1) and cannot keep history (scd_type: 2); set scd_type: 1 or "
-                "remove it"
-            )
+        written and the catalog opened (and creates the tables), before Spark starts."""
         for kind in KINDS:
             self._remove(self._attempt_folder(batch_id, attempt, kind))
         for kind in KINDS:
@@ -467,6 +489,9 @@ class IcebergSink(Sink):
             wanted = Or(key_filter(changed, keys)[0], _pred(IsNull, keys[0]))
         known = _conform(state_table.scan(row_filter=wanted).to_arrow(), sschema)
         resolved = changes_.resolve(collapsed, known, lambda k: self._rows_of(target, k), table)
+        ended = None
+        if self.history and resolved.truncate is not None:
+            ended = self._truncate_seq(collapsed, batch_id)
 
         # 1. The key state, first: a crash before the table's commit re-applies the
         # batch (equal marks apply again).
@@ -475,6 +500,9 @@ class IcebergSink(Sink):
         failpoints.reach("iceberg_keys_committed")
 
         # 2. The table, in one transaction marked with the batch.
+        if self.history:
+            self._commit_history(target, resolved, known, ended, marks)
+            return
         upserts = resolved.upserts.drop_columns([changes_.SEQ])
         doomed = pa.concat_tables(
             [
@@ -533,10 +561,95 @@ class IcebergSink(Sink):
                 tx.delete(expired, snapshot_properties=marks)
             _overwrite(tx, _rows(schema, keep, new), where, marks)
 
+    def _truncate_seq(self, collapsed: pa.Table, batch_id: int) -> Any:
+        """The sequence value of the batch's truncate (``scd_type: 2`` ends the rows it
+        removes there); one line when the truncate record has none."""
+        import pyarrow.compute as pc
+
+        from airflow_connectors.changes import OP, TRUNCATE
+
+        rows = collapsed.filter(pc.equal(collapsed.column(OP), TRUNCATE))
+        value = rows.column(changes_.SEQ)[0].as_py() if rows.num_rows else None
+        if value is None:
+            raise SinkUnwritable(
+                f"table {self.table.name}: the truncate in batch {batch_id} has no "
+                f"{self.table.sequence_by} value, which scd_type 2 ends the truncated rows' "
+                f"history at ({END_AT}); give truncate records a {self.table.sequence_by}, "
+                "or use scd_type 1"
+            )
+        return value
+
+    def _commit_history(
+        self,
+        target: Table,
+        resolved: changes_.Resolved,
+        known: pa.Table,
+        ended: Any,
+        marks: dict[str, str],
+    ) -> None:
+        """``scd_type: 2``, in one transaction marked with the batch: the current row
+        (:data:`END_AT` null) of every key the batch changes ends at the change's
+        sequence value (a truncate's at its own), and each upsert becomes the key's new
+        current row (:data:`START_AT` its sequence value). The current rows of those
+        keys are rewritten (copy on write); earlier versions are not touched."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyiceberg.expressions import And, IsNull
+
+        keys = list(self.table.primary_key)
+        seq_type = changes_.state_schema(self.table).field(changes_.SEQ).type
+        up = resolved.upserts
+        closing = pa.concat_tables(
+            [
+                up.select([*keys, changes_.SEQ]),
+                resolved.deletes.select([*keys, changes_.SEQ]).cast(
+                    up.select([*keys, changes_.SEQ]).schema
+                ),
+            ]
+        )
+        open_rows = up.drop_columns([changes_.SEQ]).append_column(
+            START_AT, up.column(changes_.SEQ).cast(seq_type)
+        )
+        open_rows = open_rows.append_column(END_AT, pa.nulls(up.num_rows, seq_type))
+        current = _pred(IsNull, END_AT)
+        with target.transaction() as tx:
+            self._evolve(tx)
+            schema = _arrow_schema(tx)
+            if resolved.truncate is not None:  # every current row may end here
+                gone = changes_.truncated_keys(known, self.table, resolved.truncate)
+                gone = _without_keys(gone.cast(closing.select(keys).schema), keys, closing)
+                ends = pa.array([ended] * gone.num_rows, seq_type)
+                closing = pa.concat_tables(
+                    [closing, gone.append_column(changes_.SEQ, ends).cast(closing.schema)]
+                )
+                where = current
+            else:
+                where = And(key_filter(closing.select(keys), keys)[0], current)
+            if closing.num_rows == 0:
+                tx.append(schema.empty_table(), snapshot_properties=marks)
+                return
+            held = target.scan(row_filter=where).to_arrow()
+            hits = _key_hits(held, keys, closing) if held.num_rows else None
+            keep = held if hits is None else held.filter(pc.invert(hits))
+            ended_rows = None
+            if hits is not None and pc.any(hits).as_py():
+                closed = held.filter(hits).drop_columns([END_AT])
+                ends_at = closing.select([*keys, changes_.SEQ]).rename_columns([*keys, END_AT])
+                ends_at = ends_at.cast(
+                    pa.schema([*closed.select(keys).schema, pa.field(END_AT, seq_type)])
+                )
+                ended_rows = closed.join(ends_at, keys, join_type="inner", use_threads=False)
+            _overwrite(tx, _rows(schema, keep, ended_rows, open_rows), where, marks)
+
     def _rows_of(self, target: Table, keys: pa.Table) -> pa.Table:
-        """The table's rows of ``keys`` (for partial updates)."""
+        """The table's rows of ``keys`` (for partial updates; with history, the keys'
+        current rows)."""
+        from pyiceberg.expressions import And, IsNull
+
         names = list(self.table.primary_key)
         where, exact = key_filter(keys, names)
+        if self.history:
+            where = And(where, _pred(IsNull, END_AT))
         rows = target.scan(row_filter=where).to_arrow()
         if exact or rows.num_rows == 0:
             return rows
@@ -551,7 +664,7 @@ class IcebergSink(Sink):
         keys = set(self.table.primary_key)
         named = {current.find_column_name(i) for i in current.identifier_field_ids}
         required = {f.name for f in current.fields if f.required}
-        identify = named != keys and keys <= required
+        identify = not self.history and named != keys and keys <= required
         if missing or identify:
             with tx.update_schema() as update:
                 if missing:

@@ -328,8 +328,31 @@ import sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_iceberg_changes import Lake, spec
-Lake(Path({tmp!r}), spec()).publish(2)
+Lake(Path({tmp!r}), spec(scd_type={scd_type})).publish(2)
 """
+
+
+def kill_at(tmp_path: Path, point: str, scd_type: int = 1) -> None:
+    """Publishes batch 2 of the lake at ``tmp_path`` in another process, SIGKILLed
+    once it reaches fail point ``point``."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = {
+        **os.environ,
+        "AIRFLOW_CONNECTORS_FAILPOINT_DIR": str(marks),
+        "AIRFLOW_CONNECTORS_FAILPOINTS": point,
+    }
+    code = CRASH.format(tests=str(Path(__file__).parent), tmp=str(tmp_path), scd_type=scd_type)
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not (marks / point).exists():
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the publisher never reached the fail point"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
 
 
 def test_killed_between_the_key_state_and_the_table_then_republished(tmp_path: Path) -> None:
@@ -344,24 +367,7 @@ def test_killed_between_the_key_state_and_the_table_then_republished(tmp_path: P
     lake.land(1, batches[1])
     lake.stage(2, batches[2])
     before = lake.rows()
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    env = {
-        **os.environ,
-        "AIRFLOW_CONNECTORS_FAILPOINT_DIR": str(marks),
-        "AIRFLOW_CONNECTORS_FAILPOINTS": "iceberg_keys_committed",
-    }
-    code = CRASH.format(tests=str(Path(__file__).parent), tmp=str(tmp_path))
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while not (marks / "iceberg_keys_committed").exists():
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the publisher never reached the fail point"
-            time.sleep(0.05)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    kill_at(tmp_path, "iceberg_keys_committed")
     assert lake.rows() == before
     lake.publish(2)
     lake.publish(2)
@@ -465,9 +471,94 @@ def test_dead_letters_land_beside_a_keyed_table(tmp_path: Path) -> None:
     assert lake.rows() == {(1,): {"id": 1, "name": "a", "amount": None}}
 
 
-def test_scd_type_2_is_refused_in_one_line(tmp_path: Path) -> None:
+def history(batches: dict[int, list[Change]]) -> set[tuple[Any, ...]]:
+    """``scd_type: 2`` rows ``(id, name, amount, __start_at, __end_at)`` after the
+    batches in order (no ``sequence_by``: the batch id is the sequence): per batch and
+    key, the changes in order from the key's current row; a key they change ends its
+    current row at the batch and, when it is there at the batch's end, starts a new one;
+    a truncate ends every current row at its batch and empties the table."""
+    ended: set[tuple[Any, ...]] = set()
+    current: dict[Any, tuple[dict[str, Any], int]] = {}
+    for b in sorted(batches):
+        changes = batches[b]
+        cut = max((i for i, c in enumerate(changes) if c["__op"] == TRUNCATE), default=-1)
+        if cut >= 0:
+            for k, (row, start) in current.items():
+                ended.add((k, row["name"], row["amount"], start, b))
+            current = {}
+        rows: dict[Any, dict[str, Any] | None] = {}
+        for c in changes[cut + 1 :]:
+            k = c["id"]
+            row = rows[k] if k in rows else (current[k][0] if k in current else None)
+            if c["__op"] == UPSERT:
+                rows[k] = {"name": c["name"], "amount": c["amount"]}
+            elif c["__op"] == DELETE:
+                rows[k] = None
+            elif c["__op"] == UPDATE and row is not None:
+                rows[k] = {**row, **{n: c[n] for n in c["__set"]}}
+        for k, row in rows.items():
+            if k in current:
+                old, start = current.pop(k)
+                ended.add((k, old["name"], old["amount"], start, b))
+            if row is not None:
+                current[k] = (row, b)
+    opened = {(k, r["name"], r["amount"], start, None) for k, (r, start) in current.items()}
+    return ended | opened
+
+
+def versions(lake: Lake) -> set[tuple[Any, ...]]:
+    data = lake.sink().read()
+    assert data is not None
+    names = ["id", "name", "amount", "__start_at", "__end_at"]
+    rows = [tuple(r[n] for n in names) for r in data.to_pylist()]
+    assert len(rows) == len(set(rows))
+    return set(rows)
+
+
+def test_scd_type_2_keeps_a_version_per_key_and_batch(tmp_path: Path) -> None:
+    """Random upserts, deletes, partial updates and truncates in batches published in
+    order, each twice: the table is every version of each key, as computed here."""
     lake = Lake(tmp_path, spec(scd_type=2))
+    batches = workload(5, 120, updates=True)
+    for b, changes in batches.items():
+        lake.land(b, changes)
+        lake.publish(b)
+    assert versions(lake) == history(batches)
+    assert lake.commits(len(batches)) == 1
+
+
+def test_scd_type_2_killed_between_the_commits_then_republished(tmp_path: Path) -> None:
+    """SIGKILL at ``iceberg_keys_committed`` of a history batch; the next publish ends
+    and adds each version once."""
+    lake = Lake(tmp_path, spec(scd_type=2))
+    batches = {
+        1: [up(1, "a", 1), up(2, "b", 2), up(3, "c", 3)],
+        2: [update(1, amount=100), delete(2), up(4, "d"), up(3, "c2", 3)],
+    }
+    lake.land(1, batches[1])
+    lake.stage(2, batches[2])
+    kill_at(tmp_path, "iceberg_keys_committed", scd_type=2)
+    lake.publish(2)
+    lake.publish(2)
+    assert versions(lake) == history(batches)
+
+
+def test_scd_type_2_an_older_batch_adds_no_version(tmp_path: Path) -> None:
+    """Batch 2 published before batch 1: batch 1's change of a key batch 2 changed is
+    older and adds no version; its other keys get theirs."""
+    lake = Lake(tmp_path, spec(scd_type=2))
+    lake.land(2, [up(1, "new"), delete(2)])
+    lake.land(1, [up(1, "old"), up(2, "old"), up(3, "old")])
+    assert versions(lake) == {(1, "new", None, 2, None), (3, "old", None, 1, None)}
+
+
+def test_scd_type_2_truncate_without_a_sequence_value_is_refused(tmp_path: Path) -> None:
+    table = spec([*COLUMNS, ("seq", "BIGINT", True)], sequence_by="seq", scd_type=2)
+    lake = Lake(tmp_path, table)
+    lake.land(1, [{**up(1, "a"), "seq": 1}])
+    lake.stage(2, [{**truncate(), "seq": None}])
     with pytest.raises(SinkUnwritable) as info:
-        lake.sink().prepare(1, "a")
+        lake.publish(2)
     text = str(info.value)
-    assert "scd_type" in text and "table events" in text and "\n" not in text
+    assert "truncate in batch 2" in text and "seq" in text and "\n" not in text
+    assert versions(lake) == {(1, "a", None, 1, None)}
