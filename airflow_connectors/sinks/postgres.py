@@ -67,7 +67,9 @@ from the one current when it is published. An older batch published late fills i
 versions in between: the keys it changes are rebuilt from their versions and the batch's
 changes, and written as a difference. ``<table>__keys`` then remembers the deletes the
 history cannot show (of a key with no current version), for ``tombstone_retention``, so
-an older upsert published later ends there. A truncate into such a table is refused.
+an older upsert published later ends there. A truncate ends every version current at
+its sequence value (the batch id without ``sequence_by``), and is remembered as a floor
+row (key columns null) that ends there an older upsert published later.
 
 Fail points ``postgres_changes_applied``: inside a keyed batch's publish transaction,
 after its changes are written and before the commit (a kill there rolls everything
@@ -764,7 +766,9 @@ class PostgresSink(Sink):
         tombstone) and the batch's; then written as a difference: old versions whose end
         moved are updated, new ones inserted, replaced ones deleted. Returns the number
         of changes the batch staged."""
-        from airflow_connectors.changes import OP, SET
+        import pyarrow.compute as pc
+
+        from airflow_connectors.changes import OP, SET, TRUNCATE
         from airflow_connectors.sinks import changes as ch
 
         keys = list(self.table.primary_key)
@@ -777,6 +781,30 @@ class PostgresSink(Sink):
         staged = self._history_changes(
             self._read_staged(cur, schema, stage, staged_columns), batch_id
         )
+        is_truncate = pc.equal(staged.column(OP), TRUNCATE)
+        truncates = staged.filter(is_truncate).select([ch.SEQ, ORDER]).to_pylist()
+        staged = staged.filter(pc.invert(is_truncate))
+        now = _now_ms()
+        for t in truncates:
+            # Every version current at the truncate's sequence value ends there (the
+            # batch's own keys again below, with their changes around it). A version it
+            # shortens that a delete ended later: that delete is remembered, the history
+            # no longer shows it.
+            cur.execute(
+                f"INSERT INTO {state} ({_cols(sschema.names)}) SELECT "
+                f"{_cols(keys, 't.')}, t.{quoted(END_AT)}, $2, $3, true, $4 FROM {target} t "
+                f"WHERE t.{quoted(START_AT)} < $1 AND t.{quoted(END_AT)} > $1 AND NOT EXISTS "
+                f"(SELECT FROM {target} n WHERE {_on(keys, 'n', 't')} "
+                f"AND n.{quoted(START_AT)} = t.{quoted(END_AT)}) ON CONFLICT DO NOTHING",
+                (t[ch.SEQ], batch_id, t[ORDER], now),
+            )
+            cur.execute(
+                f"UPDATE {target} SET {quoted(END_AT)} = $1 WHERE {quoted(START_AT)} < $1 "
+                f"AND ({quoted(END_AT)} IS NULL OR {quoted(END_AT)} > $1)",
+                (t[ch.SEQ],),
+            )
+        cur.execute(f"SELECT {quoted(ch.SEQ)} FROM {state} WHERE {quoted(keys[0])} IS NULL")
+        floors = [r[0] for r in cur.fetchall()]
         batch_keys = self._temp(
             cur, "_ac_batch_keys", staged.select(keys).group_by(keys).aggregate([])
         )
@@ -792,9 +820,25 @@ class PostgresSink(Sink):
         known = _as_declared(cur.fetch_arrow_table(), sschema).to_pylist()
         plan = _History(keys, names, held, known)
         for row in staged.to_pylist():
-            event = _Event(row[ch.SEQ], batch_id, row[ORDER], row[OP], row[SET], row)
-            plan.add(plan.key(row), event)
-        plan.build(_now_ms())
+            k = plan.key(row)
+            plan.add(k, _Event(row[ch.SEQ], batch_id, row[ORDER], row[OP], row[SET], row))
+        for k in list(plan.events):  # truncates: a delete of each key at their points
+            for seq in floors:
+                plan.add(k, _Event(seq, -1, -2, DELETE_OP, None, {}, old=True, floor=True))
+            for t in truncates:
+                plan.add(k, _Event(t[ch.SEQ], batch_id, t[ORDER], DELETE_OP, None, {}, floor=True))
+        plan.build(now)
+        plan.state += [
+            {
+                **dict.fromkeys(keys),
+                ch.SEQ: t[ch.SEQ],
+                ch.BATCH: batch_id,
+                ORDER: t[ORDER],
+                ch.DELETED: True,
+                ch.CHANGED_MS: now,
+            }
+            for t in truncates
+        ]
 
         vkey = [*keys, START_AT]
         if plan.gone:
@@ -831,20 +875,12 @@ class PostgresSink(Sink):
 
     def _history_changes(self, staged: pa.Table, batch_id: int) -> pa.Table:
         """A batch's staged changes into an ``scd_type: 2`` table with their sequence
-        (``__seq``); a truncate, or a change without a sequence value, is refused."""
+        (``__seq``); a change without a sequence value is refused."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from airflow_connectors.changes import OP, TRUNCATE
         from airflow_connectors.sinks import changes as ch
 
-        if staged.num_rows and pc.any(pc.equal(staged.column(OP), TRUNCATE)).as_py():
-            raise SinkUnwritable(
-                f"table {self.table.name}: batch {batch_id} holds a truncate, which a table "
-                "keeping history (scd_type: 2) cannot apply (which versions would it end, "
-                f"and when?); {self.location()} is unchanged. Keep the table with "
-                "scd_type: 1, or filter truncates out of the source"
-            )
         n = staged.num_rows
         seq_type = ch.state_schema(self.table).field(ch.SEQ).type
         seq = (
@@ -1130,6 +1166,8 @@ class _Event:
     sets: list[str] | None
     row: dict[str, Any]
     old: bool = False
+    #: A truncate's delete of the key (remembered as the table's floor, not the key's).
+    floor: bool = False
 
 
 @dataclass
@@ -1205,12 +1243,12 @@ class _History:
             self.add(self.key(row), _Event(row[START_AT], -1, -1, UPSERT_OP, None, row, True))
         for k, versions in self.before.items():  # an end no version starts at: a delete
             for end in set(versions.values()) - set(versions) - {None}:
-                self.add(k, _Event(end, -1, -1, DELETE_OP, None, {}, old=True))
+                self.add(k, _Event(end, -1, -2, DELETE_OP, None, {}, old=True))
         for k, points in self.deletes.items():
             ends = set(self.before.get(k, {}).values())
             for seq in points:
                 if seq not in ends:
-                    self.add(k, _Event(seq, -1, -1, DELETE_OP, None, {}, old=True))
+                    self.add(k, _Event(seq, -1, -2, DELETE_OP, None, {}, old=True))
         self.gone: list[dict[str, Any]] = []
         self.ended: list[dict[str, Any]] = []
         self.new: list[dict[str, Any]] = []
@@ -1251,7 +1289,7 @@ class _History:
         shown = {v.start for v in built} | {v.end for v in built}
         out: dict[Any, dict[str, Any]] = {}
         for e in sorted(events, key=lambda e: (e.seq, e.batch, e.order)):
-            if e.op != DELETE_OP or e.seq in shown:
+            if e.op != DELETE_OP or e.floor or e.seq in shown:
                 continue
             held = self.deletes.get(k, {}).get(e.seq)
             out[e.seq] = held or {

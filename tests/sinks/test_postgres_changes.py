@@ -495,8 +495,9 @@ def test_existing_target_needs_a_unique_key(new_schema: Callable[[], str]) -> No
 
 def history(batches: dict[int, list[Change]], sequence_by: str | None) -> list[Change]:
     """The versions ``scd_type: 2`` keeps, from the changes in their true order: per
-    key, the state after the last change at each sequence value (a row, or deleted);
-    each row starts a version at its sequence value, ended by the key's next point."""
+    key, the state after the last change at each sequence value (a row, or deleted; a
+    truncate deletes every key); each row starts a version at its sequence value, ended
+    by the key's next point."""
     marked = sorted(
         ((c[sequence_by] if sequence_by else b), b, i, c)
         for b, changes in batches.items()
@@ -506,6 +507,11 @@ def history(batches: dict[int, list[Change]], sequence_by: str | None) -> list[C
     now: dict[Any, Change | None] = {}
     for seq, _, _, c in marked:
         k, op = c["id"], c["__op"]
+        if op == TRUNCATE:  # every current row ends here
+            for held in [h for h, row in now.items() if row is not None]:
+                now[held] = None
+                points[held][seq] = None
+            continue
         if op == UPSERT:
             now[k] = c
         elif op == DELETE:
@@ -540,9 +546,9 @@ def test_scd_type_2_keeps_every_version(new_schema: Callable[[], str]) -> None:
     """``scd_type: 2`` with ``sequence_by``: each change of a key is a version from
     its sequence value to the next change's (the current one's ``__end_at`` NULL); a
     delete ends the current version; a partial update starts a version from the one
-    before; changes of one sequence value make one point (the last wins); the target's
-    primary key is (key, ``__start_at``); publishing again adds nothing; a truncate is
-    refused in one line."""
+    before; changes of one sequence value make one point (the last wins); a truncate
+    ends every current version; the target's primary key is (key, ``__start_at``);
+    publishing again adds nothing."""
     schema = new_schema()
     sink = sink_for(keyed_table(schema, sequence_by="seq", scd_type=2))
     batches = {
@@ -571,21 +577,22 @@ def test_scd_type_2_keeps_every_version(new_schema: Callable[[], str]) -> None:
     sink.publish(2, attempts[2])
     assert versions(sink) == want
 
-    attempt = stage(sink, 4, [up(4, "d", seq=40), {**TRUNC, "seq": 41}])
-    with pytest.raises(SinkUnwritable, match="scd_type: 2") as info:
-        sink.publish(4, attempt)
-    assert "\n" not in str(info.value)
+    batches[4] = [up(4, "d", seq=40), {**TRUNC, "seq": 41}, up(5, "e", seq=42)]
+    publish(sink, 4, batches[4])
+    want = history(batches, "seq")
     assert versions(sink) == want
-    assert recorded(schema) == [1, 2, 3]
+    current = [(r["id"], r["__start_at"]) for r in want if r["__end_at"] is None]
+    assert current == [(5, 42)]
+    assert recorded(schema) == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("sequenced", [False, True])
 def test_scd_type_2_history_whatever_order_batches_publish_in(
     new_schema: Callable[[], str], sequenced: bool
 ) -> None:
-    """Five batches of random upserts and deletes over few keys, published in a random
-    order: an older batch published late fills its versions in between, so the history
-    is the one the changes make in their true order."""
+    """Five batches of random upserts, deletes and a few truncates over few keys,
+    published in a random order: an older batch published late fills its versions in
+    between, so the history is the one the changes make in their true order."""
     rng = random.Random(2 + sequenced)
     schema = new_schema()
     seq_by = "seq" if sequenced else None
@@ -597,8 +604,11 @@ def test_scd_type_2_history_whatever_order_batches_publish_in(
         for j in range(30):
             k = rng.randrange(8)
             seq = {"seq": seqs[(b - 1) * 30 + j]} if sequenced else {}
-            if rng.random() < 0.3:
+            r = rng.random()
+            if r < 0.3:
                 changes.append(delete(k, **seq))
+            elif r < 0.33:
+                changes.append({**TRUNC, **seq})
             else:
                 changes.append(up(k, f"{b}.{j}", rng.randrange(100), **seq))
         batches[b] = changes
