@@ -171,11 +171,11 @@ class IcebergSink(Sink):
         the table's."""
         import pyarrow as pa
 
-        schema = file_schema(super().schema(kind))
+        schema = super().schema(kind)
         if kind == "rows" and self.history:
             seq = changes_.state_schema(self.table).field(changes_.SEQ).type
             schema = schema.append(pa.field(START_AT, seq)).append(pa.field(END_AT, seq))
-        return schema
+        return file_schema(schema)
 
     @property
     def history(self) -> bool:
@@ -467,6 +467,8 @@ class IcebergSink(Sink):
     def _apply_changes(
         self, catalog: SqlCatalog, target: Table, batch_id: int, attempt: str, parts: list[str]
     ) -> None:
+        """One publish of a keyed batch (the lock held, the batch not yet marked): the
+        key state's commit, then the table's."""
         import pyarrow as pa
         import pyarrow.compute as pc
         from pyiceberg.expressions import AlwaysTrue, IsNull, Or
