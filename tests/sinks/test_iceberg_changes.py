@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from airflow_connectors import failpoints
 from airflow_connectors.changes import DELETE, TRUNCATE, UPDATE, UPSERT, change_fields
 from airflow_connectors.sinks import _fs, iceberg
 from airflow_connectors.sinks.base import SinkUnwritable
@@ -328,11 +329,11 @@ import sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_iceberg_changes import Lake, spec
-Lake(Path({tmp!r}), spec(scd_type={scd_type})).publish(2)
+Lake(Path({tmp!r}), spec()).publish(2)
 """
 
 
-def kill_at(tmp_path: Path, point: str, scd_type: int = 1) -> None:
+def kill_at(tmp_path: Path, point: str) -> None:
     """Publishes batch 2 of the lake at ``tmp_path`` in another process, SIGKILLed
     once it reaches fail point ``point``."""
     marks = tmp_path / "marks"
@@ -342,7 +343,7 @@ def kill_at(tmp_path: Path, point: str, scd_type: int = 1) -> None:
         "AIRFLOW_CONNECTORS_FAILPOINT_DIR": str(marks),
         "AIRFLOW_CONNECTORS_FAILPOINTS": point,
     }
-    code = CRASH.format(tests=str(Path(__file__).parent), tmp=str(tmp_path), scd_type=scd_type)
+    code = CRASH.format(tests=str(Path(__file__).parent), tmp=str(tmp_path))
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
@@ -527,9 +528,12 @@ def test_scd_type_2_keeps_a_version_per_key_and_batch(tmp_path: Path) -> None:
     assert lake.commits(len(batches)) == 1
 
 
-def test_scd_type_2_killed_between_the_commits_then_republished(tmp_path: Path) -> None:
-    """SIGKILL at ``iceberg_keys_committed`` of a history batch; the next publish ends
-    and adds each version once."""
+def test_scd_type_2_failed_between_the_commits_then_republished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A history batch's publish fails at ``iceberg_keys_committed`` (an error injected
+    there; the SIGKILL test above covers the process dying); the next publish ends and
+    adds each version once."""
     lake = Lake(tmp_path, spec(scd_type=2))
     batches = {
         1: [up(1, "a", 1), up(2, "b", 2), up(3, "c", 3)],
@@ -537,7 +541,17 @@ def test_scd_type_2_killed_between_the_commits_then_republished(tmp_path: Path) 
     }
     lake.land(1, batches[1])
     lake.stage(2, batches[2])
-    kill_at(tmp_path, "iceberg_keys_committed", scd_type=2)
+    before = versions(lake)
+
+    def crash(name: str) -> None:
+        if name == "iceberg_keys_committed":
+            raise OSError("injected crash")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(failpoints, "reach", crash)
+        with pytest.raises(SinkUnwritable, match="injected crash"):
+            lake.publish(2)
+    assert versions(lake) == before
     lake.publish(2)
     lake.publish(2)
     assert versions(lake) == history(batches)
