@@ -597,6 +597,10 @@ class PostgresSink(Sink):
         from airflow_connectors.sinks.changes import CHANGED_MS, DELETED, state_schema
 
         name = self.keys_table()
+        if self._exists(cur, schema, name):
+            # No CREATE ... IF NOT EXISTS on it: CREATE INDEX would wait for a publish
+            # writing it (and a publish waiting for the DDL lock would wait for us).
+            return
         full = f"{quoted(schema)}.{quoted(name)}"
         # scd_type 2 remembers deletes, several per key (see _History).
         keys = ", ".join(quoted(k) for k in (*self.table.primary_key, *self._state_key()))
@@ -762,10 +766,11 @@ class PostgresSink(Sink):
         of its key's history, wherever its sequence falls (an older batch published late
         fills its place in). A key's versions are rebuilt from its changes in order
         (:func:`_versions`): the versions the target holds (an upsert at each
-        ``__start_at``; a delete at an ``__end_at`` no version starts at; the key-state
-        tombstone) and the batch's; then written as a difference: old versions whose end
-        moved are updated, new ones inserted, replaced ones deleted. Returns the number
-        of changes the batch staged."""
+        ``__start_at``; a delete at an ``__end_at`` no version starts at; the deletes
+        and truncates ``<table>__keys`` remembers) and the batch's; then written as a
+        difference: old versions whose end moved are updated, new ones inserted,
+        replaced ones deleted. A truncate first ends every version current at its
+        sequence value, in one UPDATE. Returns the number of changes the batch staged."""
         import pyarrow.compute as pc
 
         from airflow_connectors.changes import OP, SET, TRUNCATE
@@ -781,6 +786,7 @@ class PostgresSink(Sink):
         staged = self._history_changes(
             self._read_staged(cur, schema, stage, staged_columns), batch_id
         )
+        staged_changes = staged.num_rows
         is_truncate = pc.equal(staged.column(OP), TRUNCATE)
         truncates = staged.filter(is_truncate).select([ch.SEQ, ORDER]).to_pylist()
         staged = staged.filter(pc.invert(is_truncate))
@@ -871,7 +877,7 @@ class PostgresSink(Sink):
             f"AND {quoted(keys[0])} IS NOT NULL",
             (ch.tombstone_cutoff_ms(self.table),),
         )
-        return int(staged.num_rows)
+        return int(staged_changes)
 
     def _history_changes(self, staged: pa.Table, batch_id: int) -> pa.Table:
         """A batch's staged changes into an ``scd_type: 2`` table with their sequence
