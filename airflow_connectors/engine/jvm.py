@@ -359,14 +359,10 @@ def mapped(pid: int, path: Path) -> bool | None:
         return None
 
 
-def check_driver_archive(
-    java_options: str, jvm_pid: int | None, *, quiet: bool = False
-) -> bool | None:
+def check_driver_archive(java_options: str, jvm_pid: int | None) -> bool | None:
     """After the driver started: whether its JVM uses the archive its options name
     (None: it had none, or this cannot be told). An archive the JVM rejected is logged
-    and its key turned off (the JVM started without it, no harm done). ``quiet``: an
-    archive in use is logged at DEBUG, not INFO (an embedded session's caller prints
-    its own output)."""
+    and its key turned off (the JVM started without it, no harm done)."""
     try:
         found = archive_option(java_options)
         if found is None or found[0] != "use" or jvm_pid is None:
@@ -382,11 +378,7 @@ def check_driver_archive(
             )
             ArchiveCache(archive.parent, archive.name.removesuffix(".jsa")).reject()
         elif used:
-            log.log(
-                logging.DEBUG if quiet else logging.INFO,
-                "driver JVM maps its class-data-sharing archive %s",
-                archive.name,
-            )
+            log.info("driver JVM maps its class-data-sharing archive %s", archive.name)
         return used
     except Exception as exc:  # never fail a job over CDS
         log.debug("CDS: could not check the archive (%s: %s)", type(exc).__name__, exc)

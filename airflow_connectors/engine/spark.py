@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -11,6 +12,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_connectors.settings import Settings
+
+log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 #: JVM options of the driver of an ingest job. The driver only schedules one task per
@@ -95,15 +98,23 @@ def spark_session(settings: Settings, app_name: str = "airflow-connectors") -> S
 
 
 def _check_archive(spark: Any) -> None:
-    """Logs (and drops) a class-data-sharing archive the driver JVM did not map."""
-    from airflow_connectors.engine.jvm import check_driver_archive
+    """Logs at DEBUG whether the driver JVM maps its class-data-sharing archive. Unlike
+    an ingest job's check it never drops the archive: a session only uses what
+    spark-submit recorded, and an archive it could not map costs it the time saved."""
+    from airflow_connectors.engine.jvm import archive_option, mapped
 
     try:
         options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "")
-        pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-    except Exception:  # a JVM without ProcessHandle: cannot tell
+        found = archive_option(options or "")
+        if found is not None:
+            pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+            log.debug(
+                "driver JVM maps its class-data-sharing archive %s: %s",
+                found[1].name,
+                mapped(pid, found[1]),
+            )
+    except Exception:  # only a log line: never a reason to fail
         return
-    check_driver_archive(options or "", pid, quiet=True)
 
 
 def stop_session(session: Any) -> None:
