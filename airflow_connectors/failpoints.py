@@ -14,7 +14,11 @@ added columns, staged again with them, before its commit), ``after_commit`` (:mo
 ``mid_publish`` (the Parquet sink, after publishing one part of a committed batch while
 more remain), ``iceberg_committed`` (the Iceberg sink, after its commit of a batch and
 before the engine marks the batch published), ``delta_committed`` (the same in the Delta
-sink), ``postgres_committed`` (the same in the PostgreSQL sink).
+sink), ``postgres_committed`` (the same in the PostgreSQL sink). A keyed table's
+publish (:mod:`airflow_connectors.sinks.changes`) passes ``delta_keys_committed`` and
+``iceberg_keys_committed`` (its key states committed to ``<table>__keys``, the table's
+own commit not yet made) and ``postgres_changes_applied`` (the changes applied inside
+the publish transaction, before it commits).
 
 Before those, while a run plans: ``while_planning``
 (:func:`airflow_connectors.engine.discovery.discover`, right after it took the
