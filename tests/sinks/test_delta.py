@@ -25,6 +25,7 @@ from airflow_connectors.engine.discovery import context
 from airflow_connectors.engine.runner import RunFailed
 from airflow_connectors.sinks.delta import BATCH_KEY, DeltaSink, storage_options
 from airflow_connectors.state.store import ConnectorRef, StateStore
+from airflow_connectors.testing.changes_kit import ChangesConformance
 from airflow_connectors.testing.sink_kit import S3Warehouse, SinkCase, SinkConformance
 
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE", "day": "DATE"}
@@ -438,3 +439,12 @@ def test_s3_missing_bucket_is_refused_before_spark_in_one_line(s3_env: Any, tmp_
     message = str(e.value)
     assert "bucket no-such-bucket-h5 does not exist" in message and "\n" not in message
     assert os.environ["AWS_SECRET_ACCESS_KEY"] not in message
+
+
+class TestDeltaSinkChanges(ChangesConformance):
+    """A keyed table's batch killed at every fail point (``delta_keys_committed``: the
+    key states committed, the table's MERGE not yet) and published by racing retries:
+    the exact table."""
+
+    sink_name = "delta"
+    changes_fail_points = ("delta_keys_committed", "delta_committed")

@@ -30,6 +30,7 @@ from airflow_connectors.sinks.iceberg import (
     catalog_properties,
 )
 from airflow_connectors.state.store import StateStore
+from airflow_connectors.testing.changes_kit import ChangesConformance
 from airflow_connectors.testing.sink_kit import S3Warehouse, SinkCase, SinkConformance
 
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE", "small": "SMALLINT"}
@@ -301,3 +302,12 @@ class TestIcebergSinkPostgresCatalog(TestIcebergSink):
 
 class TestIcebergSinkOnS3(S3Warehouse, TestIcebergSink):
     """The same with the warehouse (data and metadata) on the moto S3 server."""
+
+
+class TestIcebergSinkChanges(ChangesConformance):
+    """A keyed table's batch killed at every fail point (``iceberg_keys_committed``: the
+    key states committed, the table's transaction not yet) and published by racing
+    retries: the exact table."""
+
+    sink_name = "iceberg"
+    changes_fail_points = ("iceberg_keys_committed", "iceberg_committed")

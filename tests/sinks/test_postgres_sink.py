@@ -26,6 +26,7 @@ from airflow_connectors.sinks.base import SinkUnwritable
 from airflow_connectors.sinks.postgres import PostgresSink, PostgresSinkConfig
 from airflow_connectors.spec.redact import mask_config, secret_fields
 from airflow_connectors.state.store import StateStore
+from airflow_connectors.testing.changes_kit import ChangesConformance
 from airflow_connectors.testing.sink_kit import SinkCase, SinkConformance
 
 pytestmark = [pytest.mark.postgres, pytest.mark.sources]
@@ -468,3 +469,16 @@ class TestPostgresSink(SinkConformance):
         batches = sorted(r[1] for r in recorded(schema))
         assert batches == case.committed(), f"{case.name}: recorded {batches}"
         assert [t for t in tables(schema) if t.startswith("_ac_stage_")] == [], case.name
+
+
+class TestPostgresSinkChanges(ChangesConformance):
+    """A keyed table's batch killed at every fail point (``postgres_changes_applied``:
+    inside the publish transaction) and published by racing retries: the exact table."""
+
+    sink_name = "postgres"
+    changes_fail_points = ("postgres_changes_applied", "postgres_committed")
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sink_config(cls, new_schema: Callable[[], str]) -> Callable[[str], dict[str, Any]]:
+        return lambda case: sink_config(new_schema())
