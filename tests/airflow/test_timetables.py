@@ -157,13 +157,13 @@ def _time(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def test_no_tick_is_skipped_under_a_re_parsing_dag_processor(e2e: EndToEnd) -> None:
+def test_no_tick_is_skipped_under_a_re_parsing_dag_processor(cron_witness: EndToEnd) -> None:
     """A real scheduler and dag-processor: the witness connector on ``* * * * *`` has
     its DAG file re-parsed right after every tick (the next run recomputed each time)
     all along the end-to-end modules. Every tick from its first run on has its run."""
     import time
 
-    af = e2e.airflow
+    af = cron_witness.airflow
     deadline = time.monotonic() + 420
     while True:
         scheduled = [r for r in af.runs(CRON_WITNESS) if r["run_type"] == "scheduled"]
