@@ -117,7 +117,17 @@ def _except_both_ways(target: pa.Table, source: pa.Table, what: str) -> None:
         ).fetchall()[0][0]
         for a, b in (("t", "s"), ("s", "t"))
     )
-    assert got == (0, 0), f"{what}: {got[0]} rows not in the source, {got[1]} missing"
+    if got != (0, 0):
+        sample = [
+            con.execute(
+                f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b} ORDER BY id LIMIT 3"
+            ).fetchall()
+            for a, b in (("t", "s"), ("s", "t"))
+        ]
+        pytest.fail(
+            f"{what}: {got[0]} rows not in the source, {got[1]} missing; e.g. "
+            f"{sample[0]} instead of {sample[1]}"
+        )
     assert target.num_rows == source.num_rows
 
 
