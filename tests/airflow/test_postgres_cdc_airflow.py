@@ -206,9 +206,26 @@ def test_changes_under_airflow_land_exactly_in_delta_and_postgres(
     lake, mirror = bag.dags[f"{pipeline}.lake.cdc"], bag.dags[f"{pipeline}.mirror.cdc"]
 
     def ran(dag: Any) -> dict[tuple[str, int], str]:
-        states = task_states(dag.test())
-        ingests = [s for (t, i), s in states.items() if t == "ingest" and i >= 0]
-        return {**states, ("ingests", len(ingests)): ",".join(ingests)}
+        return task_states(dag.test())
+
+    def succeeded(states: dict[tuple[str, int], str]) -> bool:
+        """Every task of the run succeeded (``finished`` may skip: a CDC connector
+        never ends): not failed, and not left waiting for a retry either."""
+        return all(
+            st == "success" or (t == "finished" and st == "skipped")
+            for (t, _), st in states.items()
+        ) and any(t == "ingest" and i >= 0 for t, i in states)
+
+    def run_ok(dag: Any) -> None:
+        """A run that ingests; a transient failure (a busy machine) is run again, as
+        Airflow's retries and the next scheduled run would, at most twice."""
+        seen = []
+        for _ in range(3):
+            states = ran(dag)
+            if succeeded(states):
+                return
+            seen.append(states)
+        pytest.fail(f"{dag.dag_id}: no run succeeded: {seen}")
 
     writer = Workload(lambda: pg_logical.connect(db), table)
     writer.start()
@@ -217,8 +234,7 @@ def test_changes_under_airflow_land_exactly_in_delta_and_postgres(
     try:
         # Both connectors start while the workload runs: a snapshot, then the changes.
         for dag in (mirror, lake):
-            first = ran(dag)
-            assert "failed" not in str(first), first
+            run_ok(dag)
         assert writer.error is None, writer.error
         # The lake's next run is killed after the Delta commit, before the engine's.
         os.environ["AIRFLOW_CONNECTORS_FAILPOINT_DIR"] = str(failpoints)
@@ -238,8 +254,7 @@ def test_changes_under_airflow_land_exactly_in_delta_and_postgres(
         assert not writer.is_alive() and writer.error is None, writer.error
         assert writer.done >= CHANGES
         for dag in (lake, mirror):  # the killed batch again, and the rest
-            states = ran(dag)
-            assert "failed" not in str(states), states
+            run_ok(dag)
     finally:
         writer.join(60)
 
