@@ -282,6 +282,9 @@ def with_changes(out: pa.Table, data: pa.Table, table: TableSpec) -> pa.Table:
             )
     from airflow_connectors.changes import OP
 
+    # Staged changes hold nulls where a change carries no value (a delete's other
+    # columns, a truncate's key): every column is nullable until the sink applies them.
+    out = out.cast(pa.schema([f.with_nullable(True) for f in out.schema]))
     out = out.append_column(pa.field(OP, op_type(), nullable=False), ops)
     return out.append_column(pa.field(SET, set_type()), sets.cast(set_type()))
 

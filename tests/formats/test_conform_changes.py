@@ -53,6 +53,8 @@ def test_keyed_table_keeps_the_operations_and_waives_not_null_for_deletes() -> N
     assert out.column(OP).to_pylist() == [UPSERT, DELETE, UPDATE, TRUNCATE]
     assert out.column(SET).to_pylist() == [None, None, ["n"], None]
     assert out.schema.field("n").type == pa.int32()
+    # A truncate's key and a delete's NOT NULL columns are null: staged nullable.
+    assert out.schema.field("id").nullable and out.schema.field("name").nullable
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ broker. The topic holds Debezium's envelopes for the snapshot (r), inserts (c), 
 (u), deletes (d, each followed by a tombstone) and a truncate (t), as Debezium writes
 them. Then the Kafka Connect user's migration path (README, "From Kafka Connect and
 Debezium"): ``kafka_input`` with ``update_format: debezium`` reads that topic into keyed
-table with the ``postgres`` sink, which ends equal to the source table.
+tables with the ``postgres`` and ``delta`` sinks, which end equal to the source table.
 
 One worker, one connector and one workload for the module (module fixture), in two
 phases so that the end-to-end test runs the pipeline between them and after them."""
@@ -271,9 +271,9 @@ def test_kafka_input_applies_debezium_changes(
     capture: Capture, spark: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """``kafka_input`` with ``update_format: debezium`` reads Debezium's topic into keyed
-    table with the postgres sink: after the snapshot, inserts, updates, deletes and a
-    re-insert, and again after a truncate and more changes, the target equals the source
-    table row for row and by EXCEPT both ways."""
+    tables with the postgres and delta sinks: after the snapshot, inserts, updates,
+    deletes and a re-insert, and again after a truncate and more changes, each target
+    equals the source table row for row (and by EXCEPT both ways in PostgreSQL)."""
     root = tmp_path_factory.mktemp("dbz-e2e")
     with capture.pg.connect(capture.database) as conn:
         conn.execute("CREATE SCHEMA target")
@@ -284,6 +284,7 @@ def test_kafka_input_applies_debezium_changes(
     spec = pipeline(
         {
             "items_pg": keyed_table(capture.topic, capture.servers, postgres),
+            "items_delta": keyed_table(capture.topic, capture.servers, {"name": "delta"}),
         },
         name="dbz",
         base_dir=root,
@@ -302,11 +303,28 @@ def test_kafka_input_applies_debezium_changes(
                 cols = ", ".join(KEYED_COLUMNS)
                 extra = conn.execute(f"SELECT {cols} FROM {a} EXCEPT SELECT {cols} FROM {b}")
                 assert extra.fetchall() == [], f"rows of {a} not in {b} after phase {phase}"
+        delta = _delta_rows(f"{warehouse}/dbz/items_delta")
+        assert delta == want, f"delta target after phase {phase}"
 
     check(len(capture.expected) - 1)
     if len(capture.expected) == 2:
         phase_two(capture)
         check(2)
+
+
+def _delta_rows(path: str) -> list[tuple[Any, ...]]:
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+    # The log's files read by pyarrow (deltalake's own reader can abort a process at exit:
+    # sinks/delta.py's _read_files).
+    dt = DeltaTable(path)
+    files = [uri.removeprefix("file://") for uri in dt.file_uris()]
+    schema = pa.schema(dt.schema().to_arrow())
+    table = ds.dataset(files, schema=schema, format="parquet").to_table()
+    table = table.select(list(KEYED_COLUMNS)).sort_by("id")
+    return [tuple(row.values()) for row in table.to_pylist()]
 
 
 def test_debezium_writes_envelopes_for_every_change(capture: Capture) -> None:
