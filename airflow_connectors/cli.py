@@ -428,6 +428,9 @@ def _print_schema(view: dict[str, Any]) -> None:
         print("  (no columns yet: the first discovery with data infers them)")
     for c in view["columns"]:
         print(f"  {c['name']} {c['type']}{'' if c['nullable'] else ' NOT NULL'}")
+    if view.get("primary_key"):
+        order = f"; sequence_by {view['sequence_by']}" if view.get("sequence_by") else ""
+        print(f"primary_key: {', '.join(view['primary_key'])}{order}")
     if view["schema_hints"]:
         hints = ", ".join(f"{k} {v}" for k, v in view["schema_hints"].items())
         print(f"schema_hints: {hints}")

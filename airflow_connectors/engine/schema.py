@@ -345,6 +345,7 @@ def schema_view(
 
     ``{"pipeline", "table", "inferred": whether the columns are inferred (None: no spec
     given), "schema_evolution": the effective mode (None: no spec), "schema_hints",
+    "primary_key" (the key columns; empty: no key or no spec), "sequence_by",
     "version": the latest stored version (None: none stored), "columns": the columns
     batches use now ([{"name", "type", "nullable"}], with ``_rescued_data`` in rescue
     mode; the declared ones while no version is stored; empty while an inferred schema
@@ -378,6 +379,8 @@ def schema_view(
         "inferred": spec.infers_schema if spec is not None else None,
         "schema_evolution": spec.evolution if spec is not None else None,
         "schema_hints": dict(spec.schema_hints) if spec is not None else {},
+        "primary_key": list(spec.primary_key) if spec is not None else [],
+        "sequence_by": spec.sequence_by if spec is not None else None,
         "version": latest.version if latest else None,
         "columns": current,
         "versions": shown,

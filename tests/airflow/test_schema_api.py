@@ -59,6 +59,8 @@ def test_table_schema_endpoint(e2e: EndToEnd) -> None:
         "inferred": True,
         "schema_evolution": "rescue",
         "schema_hints": {"id": "BIGINT NOT NULL"},
+        "primary_key": [],
+        "sequence_by": None,
         "version": None,
         "columns": [],
         "versions": [],

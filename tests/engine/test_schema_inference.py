@@ -25,6 +25,7 @@ from airflow_connectors.engine.schema import (
     SchemaInferenceError,
     effective_table,
     prepare,
+    schema_view,
 )
 from airflow_connectors.spec.models import RESCUED_DATA
 from airflow_connectors.state.store import SchemaColumn, StateStore
@@ -665,6 +666,8 @@ def test_inferred_keyed_table_checks_its_key_columns(sqlite_url: str, tmp_path: 
     table = effective_table(store, "p", ctx.table)
     assert table.primary_key == ("id",)
     assert [(c.name, c.nullable) for c in table.columns] == [("id", False), ("price", True)]
+    view = schema_view(store, "p", "t", ctx.table)
+    assert (view["primary_key"], view["sequence_by"]) == (["id"], None)
     store.close()
     for key, message in (
         ("sku", r"names 'sku' in primary_key or sequence_by, but its columns are id, price"),

@@ -114,6 +114,8 @@ class TableSchema(BaseModel):
     inferred: bool | None = Field(description="the spec omits columns: they are inferred")
     schema_evolution: str | None
     schema_hints: dict[str, str]
+    primary_key: list[str] = Field(description="the key columns; empty: the table appends")
+    sequence_by: str | None = Field(description="what orders two changes of one key")
     version: int | None = Field(description="the latest stored version; null: none stored")
     columns: list[SchemaColumnView]
     versions: list[SchemaVersionView] = Field(description="oldest first")
