@@ -85,6 +85,10 @@ class Sink(ABC):
     #: Config fields that name an Airflow connection, with the connection type as the
     #: Airflow UI names it (``{"postgres_conn_id": "Postgres"}``), as for transports.
     connection_fields: ClassVar[Mapping[str, str]] = {}
+    #: Whether the sink applies a keyed table's changes (:mod:`.changes`): upserts,
+    #: deletes and truncates by ``primary_key``. False: it only appends, and spec
+    #: validation refuses a keyed table on it, naming the sinks that apply changes.
+    applies_changes: ClassVar[bool] = False
     #: The connector whose batch this sink writes: set by the engine on a batch's sink
     #: (None on a sink built only to read the table). Sinks that record batches in the
     #: table itself (Delta's app transactions) key them by it.

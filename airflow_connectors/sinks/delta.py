@@ -166,6 +166,8 @@ class DeltaSink(Sink):
     connector's app transaction."""
 
     name = "delta"
+    #: A keyed table's batch is applied as changes (:mod:`.changes`).
+    applies_changes = True
     Config = DeltaSinkConfig
     config: DeltaSinkConfig
     #: Whether the last publish merged new columns into the table (see

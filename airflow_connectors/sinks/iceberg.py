@@ -139,6 +139,8 @@ class IcebergSink(Sink):
     batch, marked with the batch, so a re-run commits nothing twice."""
 
     name = "iceberg"
+    #: A keyed table's batch is applied as changes (:mod:`.changes`).
+    applies_changes = True
     Config = IcebergSinkConfig
     config: IcebergSinkConfig
 

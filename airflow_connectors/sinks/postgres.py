@@ -351,6 +351,8 @@ class PostgresSink(Sink):
     transaction that records the batch in ``_ac_sink_batches``, so exactly once."""
 
     name = "postgres"
+    #: A keyed table's batch is applied as changes (:mod:`.changes`).
+    applies_changes = True
     Config = PostgresSinkConfig
     config: PostgresSinkConfig
     connection_fields: ClassVar[Mapping[str, str]] = {"postgres_conn_id": _pg.KIND}

@@ -24,8 +24,8 @@ class PluginLookup(Protocol):
         """The plugin class: a transport's has ``Config``, ``resolve_config``,
         ``needs_format`` and is built from ``(config, table)``; a format's has
         ``Config``, ``check_table``, ``infers_schema`` and ``inference_problem``; a
-        sink's has ``Config`` and may say ``applies_changes = False`` (it only appends:
-        a table with a primary key is refused)."""
+        sink's has ``Config`` and ``applies_changes`` (True: it applies a keyed table's
+        changes; False or missing: it only appends, and a keyed table is refused)."""
         ...
 
 

@@ -914,8 +914,9 @@ def _hinted_kind(hints: Mapping[str, str], column: str) -> str | None:
 
 def _applies_changes(plugins: Plugins, sink: str) -> bool:
     """Whether the sink ``sink`` can apply changes (updates and deletes) to a keyed
-    table: its class's ``applies_changes`` (a sink that only appends says False)."""
-    return bool(getattr(plugins.sinks.get(sink), "applies_changes", True))
+    table: its class's ``applies_changes`` (a sink that applies changes says True; one
+    without the attribute only appends)."""
+    return bool(getattr(plugins.sinks.get(sink), "applies_changes", False))
 
 
 def _resolve_connector(
