@@ -111,15 +111,18 @@ class DebeziumEvents:
         wrong; callers isolate the bad event."""
         import pyarrow as pa
 
-        from airflow_connectors.changes import OP, op_type
+        from airflow_connectors.changes import OP, SET, op_type, set_type
 
         events = list(self.reader.values(data.decode("utf-8")))
         ops: list[int] = []
+        sets: list[list[str] | None] = []
         values: dict[str, list[Any]] = {c.name: [] for c in self.columns}
         extra: dict[str, list[Any]] = {}
         for i, event in enumerate(events):
             op, row, schema = self._change(event)
+            op, row, sets_now = self._partial(op, row)
             ops.append(op)
+            sets.append(sets_now)
             for col in self.columns:
                 value = row.get(col.name)
                 if value is not None:
@@ -138,7 +141,26 @@ class DebeziumEvents:
         for name, seen in extra.items():
             arrays[name] = _array(name, seen, None)
         arrays[OP] = pa.array(ops, op_type())
+        if any(s is not None for s in sets):
+            arrays[SET] = pa.array(sets, set_type())
         return pa.table(arrays)
+
+    def _partial(
+        self, op: int, row: dict[str, Any]
+    ) -> tuple[int, dict[str, Any], list[str] | None]:
+        """``(op, row, columns set)``: an upsert holding values Debezium could not read
+        (an unchanged TOASTed value under the default REPLICA IDENTITY) is a partial
+        update of the columns it does carry, the others left out of the row; other
+        changes set no column list."""
+        from airflow_connectors.changes import UPDATE, UPSERT
+
+        if op != UPSERT:
+            return op, row, None
+        kept = [c.name for c in self.columns if not _unavailable(row.get(c.name))]
+        if len(kept) == len(self.columns):
+            return op, row, None
+        gone = {c.name for c in self.columns} - set(kept)
+        return UPDATE, {k: v for k, v in row.items() if k not in gone}, kept
 
     def _change(self, event: Any) -> tuple[int, dict[str, Any], dict[str, dict[str, Any]]]:
         """(operation, the row's fields, the row's field schemas by name) of ``event``."""
@@ -371,6 +393,20 @@ class _EventReader:
         after = _PAYLOAD_KEY.match(text, schema_end)
         if after is not None:
             self.prefix, self.schema = text[pos : after.end()], value["schema"]
+
+
+#: What Debezium writes for a value it could not read (``unavailable.value.placeholder``
+#: by default; base64 of it for a binary column).
+UNAVAILABLE = "__debezium_unavailable_value"
+_UNAVAILABLE_FORMS = frozenset({UNAVAILABLE, "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="})
+
+
+def _unavailable(value: Any) -> bool:
+    """Whether ``value`` is Debezium's placeholder for a value it could not read (also
+    as the one element of an array column's value)."""
+    if isinstance(value, str):
+        return value in _UNAVAILABLE_FORMS
+    return isinstance(value, list) and len(value) == 1 and value[0] in _UNAVAILABLE_FORMS
 
 
 def _kind(value: Any) -> str:

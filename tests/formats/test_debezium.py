@@ -411,3 +411,19 @@ def test_each_event_is_read_by_its_own_schema_when_the_schema_changes(compact: b
         (4, Decimal("1234.56")),
     ]
     check_row(got[3], "Anne")
+
+
+def test_an_unavailable_value_makes_a_partial_update() -> None:
+    """Under PostgreSQL's default REPLICA IDENTITY an update that leaves a TOASTed value
+    unchanged carries Debezium's placeholder for it: the update sets the other columns
+    only (the table keeps the value), never the placeholder text."""
+    from airflow_connectors.changes import SET, UPDATE
+
+    row = after(1, "Anne Marie")
+    row["doc"] = "__debezium_unavailable_value"
+    got = rows(decode([envelope("u", None, row, 300)], json_flavor="debezium_postgres"))
+    assert got[0][OP] == UPDATE
+    assert "doc" not in got[0][SET] and "first_name" in got[0][SET] and "id" in got[0][SET]
+    assert got[0]["doc"] is None and got[0]["first_name"] == "Anne Marie"
+    whole = rows(decode([envelope("u", None, after(1), 300)], json_flavor="debezium_postgres"))
+    assert whole[0][OP] == UPSERT
