@@ -269,7 +269,8 @@ def prefetch() -> int:
 
     code = 0
     steps: list[tuple[str, Callable[[], object]]] = [
-        (f"jars {name}", partial(maven.resolve, name)) for name in ("kafka", "kafka-connect-debezium", *SETS)
+        (f"jars {name}", partial(maven.resolve, name))
+        for name in ("kafka", "kafka-connect-debezium", *SETS)
     ]
     steps += [(f"python for {name}", partial(python, name)) for name in SETS]
     for label, step in steps:
