@@ -472,8 +472,10 @@ def test_connector_plugins_describe_and_validate_configs(api: Api) -> None:
     assert datagen["plan"]["type"] == "LIST" and datagen["plan"]["default_value"] == [
         {"rate": None, "limit": None, "worker_chunk_size": None, "fields": {}}
     ]
-    # Two plugins named parquet: the format (no settings) and the sink, picked by type.
-    assert api("GET", "/connector-plugins/parquet/config").json() == []
+    # Two plugins named parquet: the format (its operation column for keyed tables, issue
+    # 25) and the sink, picked by type (the format first when none is given).
+    fmt = api("GET", "/connector-plugins/parquet/config").json()
+    assert [d["name"] for d in fmt] == ["operation_column", "delete_values", "truncate_values"]
     sink = api("GET", "/connector-plugins/parquet/config", params={"type": "sink"}).json()
     # The sink's own fields first, then those every sink has.
     assert [d["name"] for d in sink] == ["path", "compression", "target_file_size"]
