@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -52,6 +52,7 @@ from airflow_connectors.testing.sink_kit import (
     PIPELINE,
     REACH_TIMEOUT,
     TABLE,
+    KitFixtures,
     SinkCase,
     expected,
     no_spark,
@@ -97,32 +98,12 @@ def truth(records: list[dict[str, Any]]) -> pa.Table:
     return expected(list(rows.values()))
 
 
-class ChangesConformance:
+class ChangesConformance(KitFixtures):
     """Subclass once per sink that applies changes: see the module docstring."""
 
     sink_name: ClassVar[str]
     changes_fail_points: ClassVar[tuple[str, ...]] = ()
     spark_master: ClassVar[str] = "local[1]"
-
-    # --- what a subclass may override (as in the sink kit) ------------------------------
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def warehouse_url(cls, tmp_path_factory: pytest.TempPathFactory) -> str:
-        """The warehouse the class's tables go under."""
-        return str(tmp_path_factory.mktemp("changes-kit-warehouse"))
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def storage_env(cls) -> dict[str, str]:
-        """Environment variables needed to reach the warehouse."""
-        return {}
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def sink_config(cls) -> Callable[[str], dict[str, Any]]:
-        """The sink config of one case's table."""
-        return lambda case: {}
 
     # --- the kit ----------------------------------------------------------------------
 
@@ -135,15 +116,6 @@ class ChangesConformance:
         """One crash test per fail point."""
         if "changes_point" in metafunc.fixturenames:
             metafunc.parametrize("changes_point", self.points())
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def changes_env(cls, storage_env: dict[str, str]) -> Iterator[None]:
-        """``storage_env`` set for the class's tests (and the jobs they start)."""
-        with pytest.MonkeyPatch.context() as mp:
-            for name, value in storage_env.items():
-                mp.setenv(name, value)
-            yield
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -204,7 +176,7 @@ class ChangesConformance:
     @classmethod
     def killed_changes(
         cls,
-        changes_env: None,
+        kit_env: None,
         changes_source: tuple[Path, pa.Table],
         warehouse_url: str,
         sink_config: Callable[[str], dict[str, Any]],

@@ -257,22 +257,15 @@ class SinkCase:
             assert store.unpublished_batches(ref) == [], self.name
 
 
-class SinkConformance:
-    """Subclass once per sink (and per warehouse): see the module docstring."""
-
-    sink_name: ClassVar[str]
-    sink_fail_points: ClassVar[tuple[str, ...]] = ()
-    whole_at: ClassVar[tuple[str, ...]] = ()
-    atomic_publish: ClassVar[bool] = True
-    spark_master: ClassVar[str] = "local[1]"
-
-    # --- what a subclass may override ---------------------------------------------------
+class KitFixtures:
+    """The fixtures a sink's kit class may override (warehouse, its environment, the
+    sink config of one case), shared by this kit and the changes kit (:mod:`.changes_kit`)."""
 
     @pytest.fixture(scope="class")
     @classmethod
     def warehouse_url(cls, tmp_path_factory: pytest.TempPathFactory) -> str:
         """The warehouse the class's tables go under."""
-        return str(tmp_path_factory.mktemp("sink-kit-warehouse"))
+        return str(tmp_path_factory.mktemp("kit-warehouse"))
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -285,6 +278,27 @@ class SinkConformance:
     def sink_config(cls) -> Callable[[str], dict[str, Any]]:
         """The sink config of one case's table."""
         return lambda case: {}
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def kit_env(cls, storage_env: dict[str, str]) -> Iterator[None]:
+        """``storage_env`` set for the class's tests (and the jobs they start)."""
+        with pytest.MonkeyPatch.context() as mp:
+            for name, value in storage_env.items():
+                mp.setenv(name, value)
+            yield
+
+
+class SinkConformance(KitFixtures):
+    """Subclass once per sink (and per warehouse): see the module docstring."""
+
+    sink_name: ClassVar[str]
+    sink_fail_points: ClassVar[tuple[str, ...]] = ()
+    whole_at: ClassVar[tuple[str, ...]] = ()
+    atomic_publish: ClassVar[bool] = True
+    spark_master: ClassVar[str] = "local[1]"
+
+    # --- what a subclass may override: KitFixtures, and ---------------------------------
 
     def check_landed(self, case: SinkCase) -> None:
         """Sink-specific checks once every batch of ``case`` landed."""
@@ -300,15 +314,6 @@ class SinkConformance:
         """One crash test per fail point of this sink."""
         if "fail_point" in metafunc.fixturenames:
             metafunc.parametrize("fail_point", self.fail_points())
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def kit_env(cls, storage_env: dict[str, str]) -> Iterator[None]:
-        """``storage_env`` set for the class's tests (and the jobs they start)."""
-        with pytest.MonkeyPatch.context() as mp:
-            for name, value in storage_env.items():
-                mp.setenv(name, value)
-            yield
 
     @pytest.fixture(scope="class")
     @classmethod
