@@ -24,6 +24,12 @@ SECTION = "connectors"
 SHIP_PACKAGE = ("auto", "always", "never")
 
 
+#: ``[connectors] spark_connect_conn_id``'s default: an Airflow connection of the Spark
+#: provider's type ``spark_connect`` (host ``sc://127.0.0.1``, port 15002, password: the
+#: server's token, if it has one).
+DEFAULT_SPARK_CONNECT_CONN_ID = "connectors_spark_connect"
+
+
 class SettingsError(RuntimeError):
     """A ``[connectors]`` option has a value this version does not accept; the message is
     one line naming the option, the value and the accepted ones."""
@@ -62,6 +68,20 @@ class Settings:
     executor_python: str | None = None
     #: ``auto`` | ``always`` | ``never``: see :data:`SHIP_PACKAGE`.
     ship_package: str = "auto"
+    #: Where batches run unless a connector says (its ``execution``): ``spark_submit``
+    #: (a Spark application per batch) or ``spark_connect`` (a Spark Connect server).
+    execution: str = "spark_submit"
+    #: The Airflow connection (type ``spark_connect``) of the Spark Connect server the
+    #: ingest tasks of ``spark_connect`` connectors use.
+    spark_connect_conn_id: str = DEFAULT_SPARK_CONNECT_CONN_ID
+    #: The server's ``sc://host:port`` where there is no such Airflow connection (CLI and
+    #: embedded runs; tasks when the connection does not exist). It may carry a token
+    #: (``sc://host:port/;token=...``): then it is a secret, never logged.
+    spark_connect_url: str | None = None
+
+    def execution_of(self, connector_execution: str | None) -> str:
+        """Where a connector's batches run: its own ``execution``, else :attr:`execution`."""
+        return connector_execution or self.execution
 
     def ships_package(self, master: str | None = None) -> bool:
         """Whether a job on ``master`` (default: :attr:`spark_master`) sends this package
@@ -89,11 +109,30 @@ class Settings:
             spark_driver_memory=_option("spark_driver_memory") or "2g",
             executor_python=_option("executor_python"),
             ship_package=(_option("ship_package") or "auto").strip().lower(),
+            execution=(_option("execution") or "spark_submit").strip().lower(),
+            spark_connect_conn_id=(
+                _option("spark_connect_conn_id") or DEFAULT_SPARK_CONNECT_CONN_ID
+            ).strip(),
+            spark_connect_url=(_option("spark_connect_url") or "").strip() or None,
         )
         if s.ship_package not in SHIP_PACKAGE:
             raise SettingsError(
                 f"[connectors] ship_package (AIRFLOW__CONNECTORS__SHIP_PACKAGE) is "
                 f"{s.ship_package!r}; expected one of {', '.join(SHIP_PACKAGE)}"
+            )
+        from airflow_connectors.spec.models import EXECUTIONS
+
+        if s.execution not in EXECUTIONS:
+            raise SettingsError(
+                f"[connectors] execution (AIRFLOW__CONNECTORS__EXECUTION) is "
+                f"{s.execution!r}; expected one of {', '.join(EXECUTIONS)}"
+            )
+        if s.spark_connect_url is not None and not s.spark_connect_url.startswith("sc://"):
+            # Not quoted: the value may hold the server's token.
+            raise SettingsError(
+                "[connectors] spark_connect_url (AIRFLOW__CONNECTORS__SPARK_CONNECT_URL) "
+                "does not start with sc://; expected a Spark Connect URL sc://host:port "
+                "(sc://host:port/;token=... when the server requires a token)"
             )
         s = replace(
             s,

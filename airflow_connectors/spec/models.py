@@ -2,15 +2,15 @@
 
 The JSON shape of a connector is Feldera's (``name``, ``paused``, ``labels``,
 ``start_after``, ``transport``, ``format``, ``max_batch_size``) plus ours (``tasks_max``,
-``trigger``, ``errors``, and Spark's file-packing settings ``max_partition_bytes`` and
-``open_cost_bytes``).
+``trigger``, ``errors``, Spark's file-packing settings ``max_partition_bytes`` and
+``open_cost_bytes``, and ``execution``: spark-submit or a Spark Connect server).
 """
 
 from __future__ import annotations
 
 import datetime
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 
@@ -202,6 +202,10 @@ class TriggerSpec(StrictConfig):
 DEFAULT_POLL_INTERVAL = 30.0
 
 
+#: Where a connector's batches run (``ConnectorSpec.execution``, ``[connectors] execution``).
+Execution = Literal["spark_submit", "spark_connect"]
+EXECUTIONS: tuple[str, ...] = get_args(Execution)
+
 #: Spark's ``spark.sql.files.maxPartitionBytes`` and ``openCostInBytes`` defaults.
 DEFAULT_MAX_PARTITION_BYTES = 128 << 20
 DEFAULT_OPEN_COST_BYTES = 4 << 20
@@ -235,6 +239,15 @@ class ConnectorSpec(StrictConfig):
         description="What opening one work item is estimated to cost, in bytes (Spark's "
         "spark.sql.files.openCostInBytes), added to each item's size when packing items "
         "into tasks. Default 4 MiB.",
+    )
+
+    execution: Execution | None = Field(
+        default=None,
+        description="Where the connector's batches run: spark_submit (a spark-submit, "
+        "a new Spark application, per batch) or spark_connect (the ingest task is a client "
+        "of a warm Spark Connect server, the Airflow connection [connectors] "
+        "spark_connect_conn_id or [connectors] spark_connect_url). Default: [connectors] "
+        "execution, itself spark_submit by default.",
     )
 
     #: An Airflow deadline alert fires when no batch of this connector has committed
