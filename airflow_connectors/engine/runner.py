@@ -1,5 +1,7 @@
 """Embedded runs: every active connector of a pipeline discovers and ingests until there
-is nothing new, on local Spark, without an Airflow scheduler.
+is nothing new, on local Spark, without an Airflow scheduler. A connector with
+``execution: spark_connect`` (its own, else ``[connectors] execution``) runs its batches
+on the Spark Connect server of ``[connectors] spark_connect_url`` instead.
 
 A connector is active when the pipeline is running and the connector is not paused;
 a ``start_after`` connector waits until every connector carrying one of its labels has
@@ -19,6 +21,14 @@ from typing import Any
 
 from airflow_connectors.engine import control
 from airflow_connectors.engine.batch import BatchFailed, BatchResult, run_batch
+from airflow_connectors.engine.connect import (
+    START_HINT,
+    SparkConnectError,
+    SparkConnectUrlError,
+    connect_session,
+    forget_session,
+    server_address,
+)
 from airflow_connectors.engine.context import BatchContext
 from airflow_connectors.engine.discovery import LeaseBusy, discover, finalize
 from airflow_connectors.settings import Settings
@@ -132,6 +142,8 @@ class EmbeddedRunner:
         self._spark_factory = spark
         self._spark: Any = None
         self._owns_spark = False
+        #: The Spark Connect server's URL once a spark_connect connector connected.
+        self._connect_url: str | None = None
 
     def spark(self) -> Any:
         """The run's Spark session, started on first use."""
@@ -151,10 +163,40 @@ class EmbeddedRunner:
                 )
         return self._spark
 
+    def connect_spark(self) -> Any:
+        """The run's Spark Connect session (``[connectors] spark_connect_url``), for
+        connectors with ``execution: spark_connect``; connected on first use."""
+        url = self.settings.spark_connect_url
+        if not url:
+            raise SparkConnectUrlError(
+                "its execution is spark_connect but [connectors] spark_connect_url is not "
+                "set; set it (AIRFLOW__CONNECTORS__SPARK_CONNECT_URL=sc://HOST:15002) to a "
+                f"running Spark Connect server ({START_HINT})"
+            )
+        if self._connect_url is None:
+            log.info("connecting to Spark Connect server %s", server_address(url))
+        session = connect_session(url, self.settings, data_sources=False)
+        self._connect_url = url
+        return session
+
+    def spark_for(self, connector: ConnectorSpec) -> Callable[[], Any]:
+        """What starts the Spark session ``connector``'s batches run on: the local
+        session, or (``execution: spark_connect``, unless this runner was given a
+        ``spark`` factory) the Spark Connect session."""
+        if (
+            self._spark_factory is None
+            and self.settings.execution_of(connector.execution) == "spark_connect"
+        ):
+            return self.connect_spark
+        return self.spark
+
     def close(self) -> None:
         """Stops the Spark session this runner started (not one a ``spark`` factory
-        gave it, nor one the process had already) and its gateway; the store stays open
-        for the caller's summary."""
+        gave it, nor one the process had already) and its gateway, and its Spark Connect
+        session; the store stays open for the caller's summary."""
+        if self._connect_url is not None:
+            forget_session(self._connect_url)
+            self._connect_url = None
         if self._spark is not None and self._owns_spark:
             from airflow_connectors.engine.spark import stop_session
 
@@ -196,7 +238,7 @@ class EmbeddedRunner:
             rounds += 1
             if not self._round(targets, report):
                 break
-        report.spark_started = self._spark is not None
+        report.spark_started = self._spark is not None or self._connect_url is not None
         if raise_on_failure and report.failed:
             raise RunFailed(report)
         return report
@@ -267,14 +309,17 @@ class EmbeddedRunner:
         if found.waiting and not found.batch_ids:
             rep.waiting, rep.ready_at = found.waiting, found.ready_at
         progress = False
+        spark = self.spark_for(ctx.connector)
         for batch_id in found.batch_ids:
             # The connector's other batches still run: their items are independent.
             try:
-                result = run_batch(self.store, batch_id, self.spark)
+                result = run_batch(self.store, batch_id, spark)
             except BatchFailed as e:
+                self._lost_connect_session(spark)
                 self._failed(ref, rep, e, recorded=True)
                 continue
             except Exception as e:
+                self._lost_connect_session(spark)
                 self._failed(ref, rep, e, recorded=False)
                 continue
             self._count(rep, result)
@@ -289,6 +334,12 @@ class EmbeddedRunner:
         rep.status = "finished" if finished else "idle"
         return progress or bool(found.batch_ids)
 
+    def _lost_connect_session(self, spark: Callable[[], Any]) -> None:
+        """After a failed batch on Spark Connect, the next one connects again: a server
+        that restarted has lost the session (and the package sent to it)."""
+        if spark == self.connect_spark and self._connect_url is not None:
+            forget_session(self._connect_url)
+
     def _failed(
         self, ref: ConnectorRef, rep: ConnectorReport, e: Exception, *, recorded: bool
     ) -> None:
@@ -296,7 +347,7 @@ class EmbeddedRunner:
         the batch already stored it as the connector's fatal error."""
         text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         message = text if text.startswith(f"connector {ref}") else f"connector {ref}: {text}"
-        if not isinstance(e, BatchFailed | OSError | SinkUnwritable):
+        if not isinstance(e, BatchFailed | OSError | SinkUnwritable | SparkConnectError):
             message = f"connector {ref}: {type(e).__name__}: {text}"
         if not isinstance(e, BatchFailed):  # a batch logs its own traces, masked
             log.debug("%s failed", ref, exc_info=e)

@@ -1,4 +1,7 @@
-"""The Spark connection the ingest tasks submit to.
+"""The Spark connections of the ingest tasks: the ``spark`` one they submit to, and the
+``spark_connect`` one (``[connectors] spark_connect_conn_id``, default
+``connectors_spark_connect``) of the Spark Connect server that connectors with
+``execution: spark_connect`` run their batches on.
 
 The provider's default connection id is ``connectors_spark``. When no such connection
 exists, ingest tasks run on ``[connectors] spark_master`` (``local[*]`` by default), never
@@ -56,3 +59,16 @@ def define_local_connection(conn_id: str, master: str) -> None:
     os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(
         {"conn_type": "spark", "host": master}
     )
+
+
+def spark_connect_url(conn_id: str) -> str | None:
+    """The ``sc://host:port/;token=...`` URL of the ``spark_connect`` connection
+    ``conn_id`` as the Spark provider's ``SparkConnectHook`` writes it (the password is
+    the token), or None when Airflow has no such connection. A secret when it carries
+    a token."""
+    if not connection_exists(conn_id):
+        return None
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    url: str = SparkConnectHook(conn_id).get_connection_url()
+    return url

@@ -1,9 +1,10 @@
 """The tasks of a connector DAG: ``gate -> discover -> ingest[n] -> finalize -> finished``.
 
 Each is a thin shell over the engine: the gate asks the state store whether the connector
-may run, discover plans batches (no Spark), ingest spark-submits one planned batch,
-finalize recomputes end of input, finished emits the connector's asset event once per
-finishing.
+may run, discover plans batches (no Spark), ingest spark-submits one planned batch (or,
+with ``execution: spark_connect``, runs it in the task as a client of a Spark Connect
+server), finalize recomputes end of input, finished emits the connector's asset event
+once per finishing.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from airflow_connectors.airflow.hooks.spark import (
     connection_exists,
     connection_master,
     define_local_connection,
+    spark_connect_url,
     spark_submit_binary,
 )
 from airflow_connectors.airflow.lineage import remember_finished, remember_ingest
@@ -320,6 +322,11 @@ class ConnectorIngestOperator(SparkSubmitOperator):
 
     ``conn_id`` defaults to ``connectors_spark``; while no such connection exists the job
     runs on ``[connectors] spark_master`` (``local[*]``), never on ``yarn``.
+
+    A connector with ``execution: spark_connect`` (its own, else ``[connectors]
+    execution``) is not spark-submitted: the task runs the batch itself as a client of
+    the Spark Connect server of the ``spark_connect`` connection ``[connectors]
+    spark_connect_conn_id`` (else ``[connectors] spark_connect_url``).
     """
 
     ui_color = "#fce8e6"
@@ -358,6 +365,10 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         self.batch_id = batch_id
         self.pipeline = pipeline
         self.endpoint = endpoint
+        #: Whether this run goes through Spark Connect, and its session while the batch
+        #: runs (what on_kill interrupts).
+        self._on_spark_connect = False
+        self._connect_session: Any = None
 
     def execute(self, context: Context) -> None:
         """spark-submits the ingest job for ``batch_id`` (the state store URL only in its
@@ -400,7 +411,11 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         self.log.info(
             "connector %s.%s: ingesting batch %d", self.pipeline, self.endpoint, self.batch_id
         )
-        super().execute(context)
+        if settings.execution_of(plan.connector.execution) == "spark_connect":
+            self._on_spark_connect = True
+            self._run_on_spark_connect(settings)
+        else:
+            super().execute(context)
         with _state_store(settings) as store:
             batch = store.load_batch(self.batch_id)
             remember_ingest(self, store, batch)
@@ -412,6 +427,109 @@ class ConnectorIngestOperator(SparkSubmitOperator):
             batch.status,
             batch.records,
         )
+
+    def _spark_connect_url(self, settings: Settings) -> tuple[str, str]:
+        """The server's URL (a secret when it carries a token) and what gave it: the
+        ``spark_connect`` connection ``[connectors] spark_connect_conn_id``, else
+        ``[connectors] spark_connect_url``; neither fails the task in one line."""
+        conn_id = settings.spark_connect_conn_id
+        name = f"{self.pipeline}.{self.endpoint}"
+        try:
+            url = spark_connect_url(conn_id)
+        except ValueError as e:  # the provider refuses a host with a path
+            raise AirflowFailException(
+                f"connector {name}: the Spark Connect connection {conn_id!r} is not valid "
+                f"({e}); set its host to sc://HOST and its port (15002 by default)"
+            ) from None
+        if url is not None:
+            return url, f"the Airflow connection {conn_id!r}"
+        if settings.spark_connect_url:
+            return settings.spark_connect_url, "[connectors] spark_connect_url"
+        raise AirflowFailException(
+            f"connector {name}: its execution is spark_connect but there is no Airflow "
+            f"connection {conn_id!r} and no [connectors] spark_connect_url; create the "
+            "connection (type spark_connect, host sc://HOST, port 15002, password = the "
+            "server's token if it requires one) or set [connectors] spark_connect_url "
+            "(AIRFLOW__CONNECTORS__SPARK_CONNECT_URL) to sc://HOST:15002"
+        )
+
+    def _run_on_spark_connect(self, settings: Settings) -> None:
+        """Runs the batch in this process as a client of the Spark Connect server (the
+        batch's Spark job runs on the server's executors, the commit here); a failed
+        batch fails the task with its one line, as the spark-submit job's output does."""
+        from airflow_connectors.engine.batch import BatchFailed, run_batch
+        from airflow_connectors.engine.connect import (
+            SparkConnectRefused,
+            SparkConnectUnreachable,
+            SparkConnectUrlError,
+            connect_session,
+            forget_session,
+            server_address,
+            url_token,
+        )
+        from airflow_connectors.sinks.base import SinkUnwritable
+
+        name = f"{self.pipeline}.{self.endpoint}"
+        url, where = self._spark_connect_url(settings)
+        mask_secret(url)
+        try:
+            token = url_token(url)
+            address = server_address(url)
+        except SparkConnectUrlError as e:
+            raise AirflowFailException(f"connector {name}: {where}: {e}") from None
+        if token:
+            mask_secret(token)
+        self.log.info(
+            "connector %s: batch %d runs on Spark Connect server %s (%s)",
+            name,
+            self.batch_id,
+            address,
+            where,
+        )
+
+        def spark() -> Any:
+            # Connected only when the batch needs Spark (a committed batch does not).
+            if self._connect_session is None:
+                self._connect_session = connect_session(
+                    url, settings, data_sources=False, where=where
+                )
+            return self._connect_session
+
+        table, _, connector = self.endpoint.partition(".")
+        ref = ConnectorRef(self.pipeline, table, connector)
+        try:
+            with _state_store(settings) as store:
+                try:
+                    run_batch(store, self.batch_id, spark)
+                except (SparkConnectUnreachable, SparkConnectRefused) as e:
+                    message = f"connector {name}: {e}"
+                    store.record_failure(ref, message, batch_id=self.batch_id)
+                    self.log.error("%s", message)
+                    if isinstance(e, SparkConnectRefused):  # retrying cannot help
+                        raise AirflowFailException(message) from None
+                    raise AirflowException(message) from None
+                except (BatchFailed, SinkUnwritable) as e:
+                    # The batch stored its failure as the connector's error; its Spark
+                    # tasks' traces went to DEBUG, masked.
+                    self.log.error("ingest failed: %s", e)
+                    raise AirflowException(f"ingest failed: {e}") from None
+        finally:
+            # The server-side session (and the package sent to it) ends with the batch.
+            self._connect_session = None
+            forget_session(url)
+
+    def on_kill(self) -> None:
+        """A killed task stops its batch's Spark job: the spark-submit process, or on
+        Spark Connect the session's operations on the server."""
+        if not self._on_spark_connect:
+            super().on_kill()
+            return
+        session = self._connect_session
+        if session is not None:
+            try:
+                session.interruptAll()
+            except Exception:  # the server may be gone; nothing left to stop
+                self.log.debug("interrupting the Spark Connect session failed", exc_info=True)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage: the source the batch read, the table it wrote with its schema and

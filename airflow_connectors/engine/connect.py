@@ -1,0 +1,281 @@
+"""Spark Connect sessions: a batch run as a client of a warm Spark Connect server
+(``execution: spark_connect``) instead of a Spark application of its own.
+
+The server already runs Spark (its JVM, executors and pooled Python workers), so a batch
+costs a connection (a fraction of a second) plus its job. What the server's executors
+need of this package reaches them as an artifact of the client's session
+(``addArtifacts(zip, pyfile=True)``: the zip of :func:`.package.package_zip` on their
+``sys.path``), never installed on the server; artifacts belong to one server session, so
+a process reuses its session (:func:`connect_session` keeps one per URL) and sends the
+zip once per session.
+
+A token (the Spark provider's ``spark_connect`` connection keeps it as the password and
+writes ``sc://host:port/;token=...``) is a bearer token of gRPC's call credentials. The
+pyspark client sends call credentials only over TLS, except to the host name
+``localhost``; a server on a loopback address (``127.0.0.1``, ``::1``) without TLS is
+reached here through gRPC's local credentials, which check that the peer is on this
+machine. Whatever carries the token (the URL) is a secret: messages name the server as
+:func:`server_address` shows it, ``sc://host:port`` without its parameters.
+
+Imports pyspark only inside :func:`connect_session`.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+if TYPE_CHECKING:
+    from pyspark.sql.connect.session import SparkSession
+
+    from airflow_connectors.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: Spark Connect's port when a URL names none.
+DEFAULT_PORT = 15002
+#: Seconds the first contact may take before the server counts as unreachable.
+CONNECT_TIMEOUT = 10.0
+#: Retries of a call that met an unavailable server (pyspark's default retries for ten
+#: minutes): about 15 s in all, what a server restart or a network blip takes; then the
+#: batch fails and the task's retries (or the next run) run it again.
+MAX_RETRIES = 5
+MAX_BACKOFF_MS = 10_000
+_LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
+#: What gives the URL outside Airflow, named in messages' remedies.
+SETTING = "[connectors] spark_connect_url"
+#: Where a server comes from, for the message when none answers.
+START_HINT = "start it (scripts/quickstart.sh --spark connect starts one)"
+
+_sessions: dict[str, SparkSession] = {}
+_lock = threading.Lock()
+
+
+class SparkConnectError(Exception):
+    """A Spark Connect server could not be used; the message is one line naming the
+    server (never its token), the cause and what to do."""
+
+
+class SparkConnectUnreachable(SparkConnectError, ConnectionError):
+    """No Spark Connect server answers at the URL (transient: it may be starting)."""
+
+
+class SparkConnectRefused(SparkConnectError, PermissionError):
+    """The server refused the client: a missing or wrong token (permanent)."""
+
+
+class SparkConnectUrlError(SparkConnectError, ValueError):
+    """A Spark Connect URL that is not ``sc://host[:port][/;param=value...]``, or none
+    where one is needed."""
+
+
+def _parts(url: str) -> tuple[str, int, dict[str, str]]:
+    """``(host, port, parameters)`` of ``sc://host:port/;name=value;...``."""
+    if not url.startswith("sc://"):
+        raise SparkConnectUrlError(
+            "a Spark Connect URL starts with sc:// (sc://host:port, with /;token=... when "
+            "the server requires a token)"
+        )
+    rest = url.removeprefix("sc://")
+    netloc, _, tail = rest.partition("/")
+    params: dict[str, str] = {}
+    for pair in tail.lstrip(";").split(";"):
+        if pair:
+            name, _, value = pair.partition("=")
+            params[name] = unquote(value)
+    host, port_text = netloc, ""
+    if netloc.startswith("["):  # [::1]:15002
+        host, _, after = netloc.partition("]")
+        host += "]"
+        port_text = after.removeprefix(":")
+    elif netloc.count(":") == 1:
+        host, port_text = netloc.split(":")
+    if not host:
+        raise SparkConnectUrlError("a Spark Connect URL names a host: sc://host:port")
+    try:
+        port = int(port_text) if port_text else DEFAULT_PORT
+    except ValueError:
+        raise SparkConnectUrlError(
+            f"the port of Spark Connect server sc://{host} is not a number"
+        ) from None
+    return host, port, params
+
+
+def server_address(url: str) -> str:
+    """``sc://host:port`` of ``url``, without its parameters (the token among them): how
+    a server is named in messages and logs."""
+    host, port, _ = _parts(url)
+    return f"sc://{host}:{port}"
+
+
+def url_token(url: str) -> str | None:
+    """The token ``url`` carries (``;token=...``), if any: a secret to mask."""
+    return _parts(url)[2].get("token") or None
+
+
+def connect_session(
+    url: str, settings: Settings, *, data_sources: bool = True, where: str = SETTING
+) -> SparkSession:
+    """A Spark Connect client session of the server at ``url``, reused within this
+    process (one per URL): the first call connects, sends this package to the server's
+    executors (unless ``[connectors] ship_package = never``: the server's Python has it
+    installed) and, with ``data_sources``, registers the transports as Python data
+    sources of the session (``spark.read.format("file_input")``; a batch needs none).
+
+    Raises :class:`SparkConnectUnreachable` in one line when no server answers and
+    :class:`SparkConnectRefused` when it refuses the token; ``where`` names what gave
+    the URL (an Airflow connection, or ``[connectors] spark_connect_url``), for the
+    message's remedy."""
+    with _lock:
+        cached = _sessions.get(url)
+        if cached is not None and not cached.is_stopped:
+            return cached
+        session = _connect(url, where)
+        try:
+            _prepare(session, settings, data_sources)
+        except Exception as exc:
+            _quietly_stop(session)
+            _raise_one_line(url, exc, where)
+            raise
+        _sessions[url] = session
+        return session
+
+
+def forget_session(url: str) -> None:
+    """Stops and forgets this process's session of ``url`` (its server-side session and
+    artifacts go with it); the next :func:`connect_session` connects again. Call it
+    when a batch failed in a way the server may have caused (a restart loses its
+    sessions), and when the process is done with the server."""
+    with _lock:
+        session = _sessions.pop(url, None)
+    if session is not None:
+        _quietly_stop(session)
+
+
+def close_sessions() -> None:
+    """Stops every session this process opened (:func:`forget_session` for each)."""
+    for url in list(_sessions):
+        forget_session(url)
+
+
+def _connect(url: str, where: str) -> SparkSession:
+    host, port, params = _parts(url)
+    address = f"sc://{host}:{port}"
+    # A refused or unroutable port fails here at once, in one line: pyspark's client
+    # would retry an unavailable server for minutes before it said so.
+    t0 = time.monotonic()
+    try:
+        with socket.create_connection((host.strip("[]"), port), timeout=CONNECT_TIMEOUT):
+            pass
+    except OSError as exc:
+        raise SparkConnectUnreachable(_unreachable(url, exc, where)) from None
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+    from pyspark.sql.connect.session import SparkSession
+
+    builder = SparkSession.builder
+    if host in _LOOPBACK and params.get("use_ssl", "").lower() != "true":
+        builder = builder.channelBuilder(_loopback_channel_builder(url))
+    else:
+        builder = builder.remote(url)
+    try:
+        # The engine's sessions run in UTC (as engine.spark's local sessions do).
+        session = builder.config("spark.sql.session.timeZone", "UTC").create()
+    except Exception as exc:  # the session's first call: the token is checked here
+        _raise_one_line(url, exc, where)
+        raise
+    session.client.set_retry_policies(
+        [DefaultPolicy(max_retries=MAX_RETRIES, max_backoff=MAX_BACKOFF_MS)]
+    )
+    log.info("Spark Connect: connected to %s in %.2f s", address, time.monotonic() - t0)
+    return session
+
+
+def _prepare(session: Any, settings: Settings, data_sources: bool) -> None:
+    """What a new server session gets once: this package for its executors (as an
+    artifact, on their ``sys.path``) and, if asked, the transports as data sources."""
+    t0 = time.monotonic()
+    if settings.ship_package != "never":
+        from airflow_connectors.engine.package import package_zip
+
+        session.addArtifacts(str(package_zip()), pyfile=True)
+    if data_sources:
+        from airflow_connectors.engine.datasource import register
+
+        register(session)
+    log.debug("Spark Connect: session prepared in %.2f s", time.monotonic() - t0)
+
+
+def _loopback_channel_builder(url: str) -> Any:
+    """A channel builder for a server on this machine: with a token and no TLS, gRPC's
+    local credentials carry it (pyspark's own builder would ask for TLS on any host
+    but ``localhost``); without a token, pyspark's plain channel."""
+    import grpc
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+
+    class LoopbackChannelBuilder(DefaultChannelBuilder):
+        def toChannel(self) -> grpc.Channel:
+            if self.token is None or self.use_ssl:
+                return super().toChannel()
+            creds = grpc.composite_channel_credentials(
+                grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP),
+                grpc.access_token_call_credentials(self.token),
+            )
+            return self._secure_channel(self.endpoint, creds)
+
+    return LoopbackChannelBuilder(url)
+
+
+def _raise_one_line(url: str, exc: BaseException, where: str) -> None:
+    """Raises the one-line error for a server that is gone or refuses the client;
+    returns for any other error (the caller re-raises it)."""
+    text = str(exc)
+    if "StatusCode.UNAVAILABLE" in text or "failed to connect to all addresses" in text:
+        raise SparkConnectUnreachable(_unreachable(url, exc, where)) from None
+    if "StatusCode.UNAUTHENTICATED" in text or "StatusCode.PERMISSION_DENIED" in text:
+        raise SparkConnectRefused(
+            f"Spark Connect server {server_address(url)} refused the client "
+            f"({_masked_cause(url, exc)}); give {where} the token the server expects "
+            "(its spark.connect.authenticate.token, or SPARK_CONNECT_AUTHENTICATE_TOKEN in "
+            "its environment)"
+        ) from None
+
+
+def _unreachable(url: str, exc: BaseException, where: str) -> str:
+    """The one line for a server that does not answer (``exc``: why)."""
+    return (
+        f"Spark Connect server {server_address(url)} is not reachable "
+        f"({_masked_cause(url, exc)}); {START_HINT} or point {where} at a running server"
+    )
+
+
+def _masked_cause(url: str, exc: BaseException) -> str:
+    cause = _cause(exc)
+    token = url_token(url)
+    return cause.replace(token, "***") if token else cause
+
+
+def _cause(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    for line in str(exc).splitlines():
+        line = line.strip()
+        if line.startswith("details ="):
+            return line.removeprefix("details =").strip().strip('"')
+    first = str(exc).strip().splitlines()
+    return first[0] if first else type(exc).__name__
+
+
+def _quietly_stop(session: Any) -> None:
+    """Releases the server-side session, without retrying: a server that does not
+    answer at once has lost it already (or keeps it until its idle timeout)."""
+    try:
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
+        session.client.set_retry_policies([DefaultPolicy(max_retries=0)])
+        session.stop()
+    except Exception:  # the server may be gone: nothing to release
+        log.debug("Spark Connect: stopping a session failed", exc_info=True)
