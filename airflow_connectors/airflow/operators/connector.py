@@ -499,8 +499,9 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         ref = ConnectorRef(self.pipeline, table, connector)
         try:
             with _state_store(settings) as store:
+                t0 = time.monotonic()
                 try:
-                    run_batch(store, self.batch_id, spark)
+                    result = run_batch(store, self.batch_id, spark)
                 except (SparkConnectUnreachable, SparkConnectRefused) as e:
                     message = f"connector {name}: {e}"
                     store.record_failure(ref, message, batch_id=self.batch_id)
@@ -513,6 +514,13 @@ class ConnectorIngestOperator(SparkSubmitOperator):
                     # tasks' traces went to DEBUG, masked.
                     self.log.error("ingest failed: %s", e)
                     raise AirflowException(f"ingest failed: {e}") from None
+                self.log.info(
+                    "connector %s: batch %d %s on Spark Connect in %.2f s",
+                    name,
+                    self.batch_id,
+                    "ingested" if result.committed else "needed nothing",
+                    time.monotonic() - t0,
+                )
         finally:
             # The server-side session (and the package sent to it) ends with the batch.
             self._connect_session = None
