@@ -471,13 +471,14 @@ class ConnectorIngestOperator(SparkSubmitOperator):
 
         name = f"{self.pipeline}.{self.endpoint}"
         url, where = self._spark_connect_url(settings)
-        mask_secret(url)
         try:
             token = url_token(url)
             address = server_address(url)
         except SparkConnectUrlError as e:
+            mask_secret(url)  # it may hold a token even so
             raise AirflowFailException(f"connector {name}: {where}: {e}") from None
-        if token:
+        if token:  # before any line that could quote it
+            mask_secret(url)
             mask_secret(token)
         self.log.info(
             "connector %s: batch %d runs on Spark Connect server %s (%s)",
