@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -56,6 +56,7 @@ from airflow_connectors.testing.sink_kit import (
     SinkCase,
     expected,
     no_spark,
+    start_connect_job,
 )
 
 #: Rows the first file inserts.
@@ -252,4 +253,90 @@ class ChangesConformance(KitFixtures):
             t.join()
         assert errors == [], f"{self.sink_name}: concurrent publishers failed: {errors[0]!r}"
         case.next_run(spark)
+        self.assert_exact(case, changes_source[1])
+
+
+class ChangesConnectCrashes(KitFixtures):
+    """The keyed table's crash check with the batch on a Spark Connect server, lean:
+    the client (the process running the batch as a Spark Connect client) SIGKILLed at
+    each of ``connect_changes_points``; its retry and the next run, as a client of the
+    same server, leave the exact table. Needs the fixture ``spark_connect_server`` (a
+    running :class:`airflow_connectors.testing.spark_connect.SparkConnectServer`; this
+    kit never kills it)."""
+
+    sink_name: ClassVar[str]
+    connect_changes_points: ClassVar[tuple[str, ...]] = ("after_sink_write", "after_commit")
+
+    changes_source = ChangesConformance.__dict__["changes_source"]
+    keyed_case = ChangesConformance.__dict__["keyed_case"]
+
+    def assert_exact(self, case: SinkCase, rows: pa.Table) -> None:
+        """The table holds exactly ``rows`` and the bad line's one dead letter."""
+        what = f"{self.sink_name} keyed table on Spark Connect ({case.name})"
+        assert_same_records(case.read(), rows, "id", what)
+        dead = case.read("errors")
+        assert dead.column("raw_text").to_pylist() == [BAD_LINE], what
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """One client kill per point."""
+        if "connect_changes_point" in metafunc.fixturenames:
+            metafunc.parametrize("connect_changes_point", self.connect_changes_points)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def connect_killed_changes(
+        cls,
+        kit_env: None,
+        changes_source: tuple[Path, pa.Table],
+        warehouse_url: str,
+        sink_config: Callable[[str], dict[str, Any]],
+        spark_connect_server: Any,
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> dict[str, SinkCase]:
+        """Every client of the class, started at once and killed at its point."""
+        base = tmp_path_factory.mktemp("changes-connect-kit")
+        cases = {
+            p: cls.keyed_case(p, base / p, changes_source[0], warehouse_url, sink_config)
+            for p in cls.connect_changes_points
+        }
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        try:
+            for point, case in cases.items():
+                (batch,) = case.plan()
+                assert batch, point
+                procs[point] = start_connect_job(
+                    case.batch_ids, case.store_url, case.marks, spark_connect_server.url, point
+                )
+            for point, proc in procs.items():
+                jobs.wait_for(cases[point].marks / point, proc, timeout=REACH_TIMEOUT)
+                jobs.kill(proc)
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    jobs.kill(proc)
+        return cases
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def connect_changes_spark(cls, spark_connect_server: Any) -> Iterator[Any]:
+        """This process's client session of the server."""
+        from airflow_connectors.engine.connect import forget_session
+        from airflow_connectors.testing.sink_kit import connect_client
+
+        yield connect_client(spark_connect_server.url)
+        forget_session(spark_connect_server.url)
+
+    def test_changes_client_killed_on_spark_connect(
+        self,
+        connect_killed_changes: dict[str, SinkCase],
+        changes_source: tuple[Path, pa.Table],
+        connect_changes_spark: Any,
+        connect_changes_point: str,
+    ) -> None:
+        """The client killed at the point, then retried and run again on the server:
+        the exact keyed table."""
+        case = connect_killed_changes[connect_changes_point]
+        case.next_run(connect_changes_spark)
+        self.assert_exact(case, changes_source[1])
+        case.next_run(connect_changes_spark)  # nothing new: nothing changes
         self.assert_exact(case, changes_source[1])

@@ -87,14 +87,17 @@ class-scoped fixture; the tests then look at their own case. Only tests import t
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -644,3 +647,410 @@ class AzureWarehouse:
     def storage_env(cls, azurite: Any) -> dict[str, str]:
         """Azurite's ``AZURE_STORAGE_*`` variables."""
         return dict(azurite.env())
+
+
+# --- the crash checks on Spark Connect ----------------------------------------------------
+
+#: The ingest job as a Spark Connect client (``execution: spark_connect``): this process
+#: runs the batches' plans, fail points and commits; their Spark tasks run on the server
+#: at ``url``. Arguments: ``url store_url log_level batch_id...``.
+CONNECT_CLIENT = """
+import logging, sys
+from airflow_connectors.engine.batch import BatchFailed, run_batch
+from airflow_connectors.engine.connect import SparkConnectError, connect_session
+from airflow_connectors.settings import Settings
+from airflow_connectors.sinks.base import SinkUnwritable
+from airflow_connectors.state.store import StateStore
+url, store_url, level, *ids = sys.argv[1:]
+logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+settings = Settings.load(state_store_url=store_url)
+store = StateStore(store_url)
+try:
+    for b in ids:
+        run_batch(store, int(b), lambda: connect_session(url, settings, data_sources=False))
+except (BatchFailed, SinkUnwritable, SparkConnectError) as e:
+    print(f"ingest failed: {e}", file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+def start_connect_job(
+    batch_ids: list[int],
+    store_url: str,
+    failpoint_dir: Path,
+    url: str,
+    hang_at: str = "",
+    *,
+    log_level: str = "INFO",
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """:func:`jobs.start_job` on Spark Connect: the ingest job of ``batch_ids`` as a
+    client of the server at ``url`` (a session of its own, stopping at ``hang_at``)."""
+    environ = {
+        **os.environ,
+        **(env or {}),
+        "AIRFLOW_CONNECTORS_FAILPOINT_DIR": str(failpoint_dir),
+        "AIRFLOW_CONNECTORS_FAILPOINTS": hang_at,
+    }
+    args = [sys.executable, "-c", CONNECT_CLIENT, url, store_url, log_level]
+    args += [str(b) for b in batch_ids]
+    return subprocess.Popen(
+        args, env=environ, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+class StalledBodies:
+    """An HTTP server on 127.0.0.1 serving bodies to ``url_input`` (HEAD with their
+    length and validators, GET with the whole body): the slow source of the Spark
+    Connect crash checks. A GET of a stalled path waits until :meth:`release` (the Spark
+    task reading it is then known to run: :meth:`wait_for_read`). With
+    ``required_headers``, a request missing one of them is answered 401 (a credential
+    that must have reached the Spark task). Failure injection only: the engine, Spark
+    and the sink are real."""
+
+    def __init__(self, required_headers: Mapping[str, str] | None = None) -> None:
+        self.bodies: dict[str, bytes] = {}
+        self.required = dict(required_headers or {})
+        self._release: dict[str, threading.Event] = {}
+        self._arrived: dict[str, threading.Event] = {}
+        self._served: dict[str, threading.Event] = {}
+        self.refused = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # quiet
+                pass
+
+            def _head(self) -> bytes | None:
+                body = owner.bodies.get(self.path)
+                if body is None:
+                    self.send_error(404)
+                    return None
+                if any(self.headers.get(k) != v for k, v in owner.required.items()):
+                    owner.refused += 1
+                    self.send_error(401)
+                    return None
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("ETag", f'"{hashlib.sha1(body).hexdigest()}"')
+                self.send_header("Last-Modified", "Mon, 02 Jan 2023 00:00:00 GMT")
+                self.end_headers()
+                return body
+
+            def do_HEAD(self) -> None:
+                self._head()
+
+            def do_GET(self) -> None:
+                if self.path in owner._release:
+                    owner._arrived[self.path].set()
+                    owner._release[self.path].wait(REACH_TIMEOUT)
+                body = self._head()
+                if body is None:
+                    return
+                try:
+                    self.wfile.write(body)
+                except OSError:  # the reader was killed meanwhile
+                    return
+                if self.path in owner._served:
+                    owner._served[self.path].set()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def add(self, path: str, body: bytes, *, stall: bool = False) -> str:
+        """Serve ``body`` at ``path`` (its GETs wait for :meth:`release` when
+        ``stall``); returns its URL."""
+        self.bodies[path] = body
+        if stall:
+            self._release[path] = threading.Event()
+            self._arrived[path] = threading.Event()
+            self._served[path] = threading.Event()
+        return f"http://127.0.0.1:{self.server.server_port}{path}"
+
+    def wait_for_read(self, path: str, proc: subprocess.Popen[bytes]) -> None:
+        """Wait until a Spark task requested the stalled ``path`` (``proc``: the job
+        whose task it is; its exit fails the test)."""
+        deadline = time.monotonic() + REACH_TIMEOUT
+        while not self._arrived[path].wait(0.1):
+            if proc.poll() is not None:
+                out = proc.stdout.read().decode() if proc.stdout else ""
+                pytest.fail(f"job exited ({proc.returncode}) before reading {path}:\n{out[-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no Spark task read {path} in {REACH_TIMEOUT} s")
+
+    def release(self, path: str) -> None:
+        """Let the stalled GETs of ``path`` (and every later one) through."""
+        self._release[path].set()
+
+    def wait_served(self, path: str, timeout: float = REACH_TIMEOUT) -> bool:
+        """Whether the body of ``path`` was sent whole (waits up to ``timeout``)."""
+        return self._served[path].wait(timeout)
+
+    def close(self) -> None:
+        """Stop serving (releasing every stalled GET first)."""
+        for event in self._release.values():
+            event.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def body_of(rows: pa.Table) -> bytes:
+    """``rows`` as a JSON-lines body."""
+    return "".join(json.dumps(r) + "\n" for r in rows.to_pylist()).encode()
+
+
+def url_case(
+    sink_name: str,
+    name: str,
+    root: Path,
+    url: str,
+    warehouse_url: str,
+    sink_config: Callable[[str], dict[str, Any]],
+) -> SinkCase:
+    """A case whose connector reads the JSON-lines body at ``url`` (``url_input``) into
+    a table of ``sink_name``."""
+    root.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "pipeline": PIPELINE,
+        "tables": {
+            TABLE: {
+                "columns": COLUMNS,
+                "sink": {"name": sink_name, "config": sink_config(name)},
+                "connectors": [
+                    {
+                        "name": CONNECTOR,
+                        "errors": {"tolerance": "all"},
+                        "transport": {"name": "url_input", "config": {"path": url}},
+                        "format": {"name": "json", "config": {"update_format": "raw"}},
+                    }
+                ],
+            }
+        },
+    }
+    return SinkCase(
+        name=name,
+        root=root,
+        spec=parse_pipeline(doc),
+        warehouse=_fs.join(warehouse_url, name),
+        store_url=f"sqlite:///{root / 'state.db'}",
+    )
+
+
+def connect_client(url: str) -> Any:
+    """This process's Spark Connect session of the server at ``url`` (the runs after a
+    kill use it, as the task's retry would)."""
+    from airflow_connectors.engine.connect import connect_session
+    from airflow_connectors.settings import Settings
+
+    settings = Settings(state_store_url="sqlite://", warehouse="/tmp")
+    return connect_session(url, settings, data_sources=False)
+
+
+class SparkConnectCrashes(KitFixtures):
+    """The crash checks with the batch on a Spark Connect server (``execution:
+    spark_connect``), lean: a few representative kills, not the whole matrix of
+    :class:`SinkConformance`. Subclass once per sink::
+
+        class TestMySinkOnSparkConnect(SparkConnectCrashes):
+            sink_name = "my_sink"
+
+    and give the module (or conftest) a fixture ``killable_spark_connect_server``: a
+    :class:`airflow_connectors.testing.spark_connect.SparkConnectServer` of the tests'
+    own, which the kit kills (``kill()``) and starts again (``start()``), so no shared
+    server. The fixtures ``warehouse_url``, ``storage_env`` and ``sink_config`` are the
+    sink kit's.
+
+    - ``test_client_killed_then_next_run`` (one per ``connect_fail_points``): the client
+      (the process running the batch; its tasks run on the server) SIGKILLed at the
+      point; a reader then sees none of the batch; the retry and the next run, as a
+      client of the same server, leave the exact table.
+    - ``test_client_killed_while_its_tasks_run``: the client killed while the server
+      runs its batch's task (a slow ``url_input`` body); the orphaned task then finishes
+      on the server and stages its parts for an attempt nobody commits: the next run
+      leaves the exact table.
+    - ``test_server_killed_while_tasks_run``: the Spark Connect server SIGKILLed (with
+      its Python workers) while a batch's task reads; the client fails the batch in one
+      line; the server starts again; the next run leaves the exact table.
+    """
+
+    sink_name: ClassVar[str]
+    connect_fail_points: ClassVar[tuple[str, ...]] = (
+        "sink_write_started",
+        "after_sink_write",
+        "after_commit",
+    )
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """One client kill per point of ``connect_fail_points``."""
+        if "connect_point" in metafunc.fixturenames:
+            metafunc.parametrize("connect_point", self.connect_fail_points)
+
+    kit_source = SinkConformance.__dict__["kit_source"]
+    new_case = SinkConformance.__dict__["new_case"]
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def stalled_bodies(cls) -> Iterator[StalledBodies]:
+        """The slow source of the class's kills mid-task."""
+        bodies = StalledBodies()
+        yield bodies
+        bodies.close()
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def connect_killed(
+        cls,
+        kit_env: None,
+        kit_source: tuple[Path, pa.Table],
+        warehouse_url: str,
+        sink_config: Callable[[str], dict[str, Any]],
+        killable_spark_connect_server: Any,
+        stalled_bodies: StalledBodies,
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> dict[str, tuple[SinkCase, str]]:
+        """Every kill of the class, as ``case name -> (case, the killed job's output)``:
+        the clients killed at their points (started at once), then the two killed
+        while a task reads a stalled body: one client, then the server (started again
+        before this returns)."""
+        server = killable_spark_connect_server
+        base = tmp_path_factory.mktemp("connect-kit")
+        folder, rows = kit_source
+        cases = {
+            p: cls.new_case(p, base / p, folder, warehouse_url, sink_config)
+            for p in cls.connect_fail_points
+        }
+        for name in ("client_mid_tasks", "server_mid_tasks"):
+            url = stalled_bodies.add(f"/{name}.json", body_of(rows), stall=True)
+            cases[name] = url_case(
+                cls.sink_name, name, base / name, url, warehouse_url, sink_config
+            )
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        outputs: dict[str, str] = {}
+
+        def start(name: str, point: str = "") -> subprocess.Popen[bytes]:
+            case = cases[name]
+            (batch,) = case.plan()
+            assert batch, name
+            procs[name] = start_connect_job(
+                case.batch_ids, case.store_url, case.marks, server.url, point
+            )
+            return procs[name]
+
+        try:
+            # The point kills first: the stalled tasks below hold the server's slots.
+            for point in cls.connect_fail_points:
+                start(point, point)
+            for point in cls.connect_fail_points:
+                proc = procs[point]
+                jobs.wait_for(cases[point].marks / point, proc, timeout=REACH_TIMEOUT)
+                cases[point].command_lines = command_lines(proc.pid)
+                jobs.kill(proc)
+                cases[point].seen_at_kill = cases[point].read()
+            # The client killed while its task reads; the task then goes on, orphaned.
+            proc = start("client_mid_tasks")
+            stalled_bodies.wait_for_read("/client_mid_tasks.json", proc)
+            jobs.kill(proc)
+            cases["client_mid_tasks"].seen_at_kill = cases["client_mid_tasks"].read()
+            stalled_bodies.release("/client_mid_tasks.json")
+            assert stalled_bodies.wait_served("/client_mid_tasks.json"), "the orphaned task"
+            # The server killed while a task reads; the client fails the batch.
+            proc = start("server_mid_tasks")
+            stalled_bodies.wait_for_read("/server_mid_tasks.json", proc)
+            server.kill()
+            out, _ = proc.communicate(timeout=REACH_TIMEOUT)
+            outputs["server_mid_tasks"] = f"exit {proc.returncode}\n" + out.decode(errors="replace")
+            cases["server_mid_tasks"].seen_at_kill = cases["server_mid_tasks"].read()
+            stalled_bodies.release("/server_mid_tasks.json")
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    jobs.kill(proc)
+            if not server_running(server):
+                server.start()
+        return {name: (case, outputs.get(name, "")) for name, case in cases.items()}
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def connect_spark(
+        cls, connect_killed: dict[str, tuple[SinkCase, str]], killable_spark_connect_server: Any
+    ) -> Iterator[Any]:
+        """This process's client session of the server (after its restart)."""
+        from airflow_connectors.engine.connect import forget_session
+
+        url = killable_spark_connect_server.url
+        forget_session(url)  # a session of the server before its kill is gone
+        yield connect_client(url)
+        forget_session(url)
+
+    def assert_exact(self, case: SinkCase, rows: pa.Table, *, bad: int) -> None:
+        """The table holds exactly ``rows`` (each once) and ``bad`` dead letters."""
+        what = f"{self.sink_name} table on Spark Connect ({case.name})"
+        assert_same_records(case.read(), rows, "id", what)
+        dead = case.read("errors")
+        assert dead.num_rows == bad, f"{what}: {dead.num_rows} dead letters, expected {bad}"
+        assert case.committed() == case.batch_ids, f"{what}: committed {case.committed()}"
+
+    def test_client_killed_then_next_run(
+        self,
+        connect_killed: dict[str, tuple[SinkCase, str]],
+        kit_source: tuple[Path, pa.Table],
+        connect_spark: Any,
+        connect_point: str,
+    ) -> None:
+        """The client SIGKILLed at ``connect_point``: a reader saw none of the batch;
+        the retry and the next run on the same server leave the exact table."""
+        case, _ = connect_killed[connect_point]
+        seen = case.seen_at_kill
+        assert seen is not None and seen.num_rows == 0, (
+            f"{self.sink_name}: a reader right after the kill at {connect_point} saw rows"
+        )
+        case.next_run(connect_spark)
+        self.assert_exact(case, kit_source[1], bad=1)
+
+    def test_client_killed_while_its_tasks_run(
+        self,
+        connect_killed: dict[str, tuple[SinkCase, str]],
+        kit_source: tuple[Path, pa.Table],
+        connect_spark: Any,
+    ) -> None:
+        """The client killed while the server ran its batch's task (which then staged
+        its parts for nobody): the next run leaves the exact table."""
+        case, _ = connect_killed["client_mid_tasks"]
+        seen = case.seen_at_kill
+        assert seen is not None and seen.num_rows == 0, f"{self.sink_name}: saw rows"
+        with case.store() as store:
+            (batch,) = case.batch_ids
+            assert store.load_batch(batch).status != BatchStatus.COMMITTED
+        case.next_run(connect_spark)
+        self.assert_exact(case, kit_source[1], bad=0)
+
+    def test_server_killed_while_tasks_run(
+        self,
+        connect_killed: dict[str, tuple[SinkCase, str]],
+        kit_source: tuple[Path, pa.Table],
+        connect_spark: Any,
+    ) -> None:
+        """The server killed while the batch's task read: the client failed the batch
+        in one line; once the server is back the next run leaves the exact table."""
+        case, out = connect_killed["server_mid_tasks"]
+        assert not out.startswith("exit 0"), f"the client did not notice the kill:\n{out}"
+        failed = [line for line in out.splitlines() if line.startswith("ingest failed:")]
+        assert failed, f"no one-line failure from the client:\n{out[-3000:]}"
+        assert "Traceback" not in out, out[-3000:]
+        seen = case.seen_at_kill
+        assert seen is not None and seen.num_rows == 0, f"{self.sink_name}: saw rows"
+        case.next_run(connect_spark)
+        self.assert_exact(case, kit_source[1], bad=0)
+
+
+def server_running(server: Any) -> bool:
+    """Whether the Spark Connect server answers on its port."""
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=2):
+            return True
+    except OSError:
+        return False
