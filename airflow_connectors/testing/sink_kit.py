@@ -80,7 +80,13 @@ through :meth:`Sink.read <airflow_connectors.sinks.base.Sink.read>`:
   the table has the column, null in the first batch's rows.
 
 Every killed job of a class is started at once (a JVM start is what costs) by one
-class-scoped fixture; the tests then look at their own case. Only tests import this module
+class-scoped fixture; the tests then look at their own case.
+
+On Spark Connect (``execution: spark_connect``), :class:`SparkConnectCrashes` (and the
+changes kit's ``ChangesConnectCrashes``) run a lean set of the same checks with the batch
+in a client process (:func:`start_connect_job`) whose tasks run on a Spark Connect
+server: the client killed at fail points and while the server runs its task, and the
+server killed while a task reads (a stalled body of :class:`StalledBodies`). Only tests import this module
 (it imports pytest); importing ``airflow_connectors`` never loads it.
 """
 
