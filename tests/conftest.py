@@ -281,3 +281,19 @@ def kafka_connect(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -
         pytest.fail(str(e))
     yield worker
     worker.stop()
+
+
+# --- issue 26, Spark Connect: a warm server of local Spark ---------------------------------
+
+
+@pytest.fixture(scope="session")
+def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """pyspark's Spark Connect server on ``local[2]`` and 127.0.0.1 for the whole session
+    (see :mod:`airflow_connectors.testing.spark_connect`): ``.url``
+    (``sc://127.0.0.1:<port>``), ``.port``, ``.log_path``. Started on first use. A test
+    that kills it (``.kill()``) starts it again (``.start()``, same port) before it ends;
+    client sessions of the killed server are gone (``engine.connect.forget_session``)."""
+    from airflow_connectors.testing.spark_connect import SparkConnectServer
+
+    with SparkConnectServer(tmp_path_factory.mktemp("spark-connect")) as server:
+        yield server
