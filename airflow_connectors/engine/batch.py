@@ -46,8 +46,13 @@ from airflow_connectors.engine.evolution import (
     store_version,
     widen,
 )
-from airflow_connectors.engine.reader import ingest_partition
-from airflow_connectors.engine.spark import share_aws_environment
+from airflow_connectors.engine.reader import ingest_arrow
+from airflow_connectors.engine.spark import (
+    default_parallelism,
+    is_connect,
+    share_aws_environment,
+    task_environment,
+)
 from airflow_connectors.sinks.base import Sink, SinkUnwritable
 from airflow_connectors.spec.models import TableSpec
 from airflow_connectors.spec.redact import mask_text, secret_values
@@ -336,32 +341,73 @@ def _failures(
 
 def _run_tasks(session: Any, ctx: BatchContext, items: Sequence[WorkItem]) -> list[str]:
     """Runs the batch's Spark job: ``items`` packed into tasks (:func:`pack`); returns
-    the tasks' answers, one JSON string per item."""
+    the tasks' answers, one JSON string per item. DataFrame operations only, so a classic
+    and a Spark Connect session run it alike: ``range(0, n, 1, n)`` is one row per task
+    group in a partition of its own, and :func:`~.reader.ingest_arrow`, bound to the
+    plan's header, the groups' items and the tasks' environment, ingests each."""
     if not items:
         return []
-    sc = session.sparkContext
     groups = pack(
         items,
         ctx.connector.max_partition_bytes,
         ctx.connector.open_cost_bytes,
-        # Stand-ins for Spark that run tasks in-process (the conformance kit) have none.
-        getattr(sc, "defaultParallelism", 1),
+        default_parallelism(session),
     )
     # Each task gets the plan without its items (small) and its own items.
     # In clear, as the tasks' closure: executors may not have the key that opens sealed
     # secrets (a Spark worker started without Airflow's config); nothing stores it.
     header = json.dumps(dataclasses.replace(ctx.to_plan(), items=()).to_json(sealed=False))
     payload = [json.dumps([[n, items[n].to_json()] for n in group]) for group in groups]
+    env = task_environment(session, ctx.connector, ctx.table)
+    connect = is_connect(session)
+    if connect:
+        _check_plan_size(session, ctx, header, payload, env)
     log.info(
-        "%s batch %d: %d work item(s) in %d Spark task(s)",
+        "%s batch %d: %d work item(s) in %d Spark task(s)%s",
         ctx.ref,
         ctx.batch_id,
         len(items),
         len(groups),
+        " on Spark Connect" if connect else "",
     )
-    body = functools.partial(ingest_partition, header, len(groups))
-    rows: list[str] = sc.parallelize(payload, len(payload)).mapPartitionsWithIndex(body).collect()
-    return rows
+    body = functools.partial(ingest_arrow, header, payload, env)
+    n = len(groups)
+    rows = session.range(0, n, 1, n).mapInArrow(body, "answer string").collect()
+    return [row[0] for row in rows]
+
+
+#: Spark Connect's default limit of a message the server accepts (its
+#: ``spark.connect.grpc.maxInboundMessageSize``): the batch's job is one.
+CONNECT_MESSAGE_BYTES = 128 * 1024 * 1024
+
+
+def _check_plan_size(
+    session: Any, ctx: BatchContext, header: str, payload: list[str], env: dict[str, Any]
+) -> None:
+    """Fails in one line when the batch's job (its items ride in the plan, as bytes of
+    the task function) would exceed what the Spark Connect server accepts."""
+    size = len(header) + sum(len(p) for p in payload) + len(json.dumps(env)) + 64 * 1024
+    if size < CONNECT_MESSAGE_BYTES // 2:  # the server's limit is asked only when near
+        return
+    try:
+        limit = int(
+            session.conf.get("spark.connect.grpc.maxInboundMessageSize", None)
+            or CONNECT_MESSAGE_BYTES
+        )
+    except Exception:  # a static server setting the client may not read
+        limit = CONNECT_MESSAGE_BYTES
+    if size >= limit:
+        raise BatchTooLarge(
+            f"connector {ctx.ref}: batch {ctx.batch_id} of {len(ctx.items) or len(payload)} "
+            f"work item(s) needs a Spark Connect request of about {size >> 20} MiB, more "
+            f"than the server accepts ({limit >> 20} MiB): raise the server's "
+            "spark.connect.grpc.maxInboundMessageSize, or give the connector a smaller "
+            "max_batch_size (batches planned from then on are smaller)"
+        )
+
+
+class BatchTooLarge(RuntimeError):
+    """A batch's Spark Connect request would exceed the server's message limit."""
 
 
 def item_bytes(item: WorkItem) -> int:
@@ -449,13 +495,42 @@ def _masked(message: str, ctx: BatchContext) -> str:
 def _failure(exc: Exception, ctx: BatchContext, batch_id: int) -> tuple[str, str]:
     """One line for an exception Spark raised (a Py4J error or a ``PythonException``
     whose text holds Java and Python traces), masked."""
+    if isinstance(exc, BatchTooLarge):
+        return str(exc), "transport"
     text = str(exc)
+    if _lost_server(exc):
+        status = _GRPC_STATUS.search(text)
+        return (
+            f"connector {ctx.ref}: batch {batch_id}: the Spark Connect server stopped "
+            f"answering while the batch ran ({status[1] if status else type(exc).__name__}); "
+            "the next run retries it"
+        ), "transport"
     if _MISSING_PACKAGE.search(text):  # executors whose Python lacks this package
         from airflow_connectors.engine.package import missing_package_message
 
         return missing_package_message(f"connector {ctx.ref}: batch {batch_id}"), "transport"
     message, kind = _failure_line(text, ctx, batch_id)
     return _masked(message, ctx), kind
+
+
+def _lost_server(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Spark Connect client's error for a server it cannot reach
+    (not running, gone or restarted mid-batch): the client's own
+    ``SparkConnectGrpcException`` with the call's failed gRPC status (its subclasses
+    are errors the server reported), or the server not knowing the session or the
+    operation any more (``INVALID_HANDLE``: restarted)."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    if "SparkConnectGrpcException" not in names:
+        return False
+    text = str(exc)
+    if type(exc).__name__ == "SparkConnectGrpcException" and _UNREACHABLE.search(text):
+        return True
+    return "INVALID_HANDLE" in text
+
+
+#: The gRPC status of a failed call, as the client's error quotes it.
+_GRPC_STATUS = re.compile(r"StatusCode\.(\w+)")
+_UNREACHABLE = re.compile(r"StatusCode\.(?:UNAVAILABLE|CANCELLED|DEADLINE_EXCEEDED|UNKNOWN)")
 
 
 #: A Python worker that could not import this package (not shipped, not installed).

@@ -31,13 +31,14 @@ thousands of lines. Stages:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
 import os
 import socket
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -845,7 +846,7 @@ def _bytes_only(chunks: Iterable[object]) -> Iterator[bytes]:
 
 
 def ingest_partition(plan: str, tasks: int, task: int, groups: Iterator[str]) -> Iterator[str]:
-    """Spark task body (``rdd.mapPartitionsWithIndex``): task ``task`` of ``tasks``
+    """Spark task body (see :func:`ingest_arrow`): task ``task`` of ``tasks``
     ingests its group of work items (each element of ``groups``: a JSON list of ``[index
     in the plan, work item]``) of the batch ``plan`` describes (:meth:`BatchPlan.to_json`;
     its own items are not read) and returns, per item, its
@@ -882,6 +883,49 @@ def ingest_partition(plan: str, tasks: int, task: int, groups: Iterator[str]) ->
     if failure is not None:  # the task's parts could not be written
         results.append(TaskAnswer(entries[-1][0], failure=failure))
     yield from (r.to_json() for r in results)
+
+
+def ingest_arrow(
+    plan: str,
+    groups: Sequence[str],
+    env: Mapping[str, str | None],
+    batches: Iterable[Any],
+) -> Iterator[Any]:
+    """Spark task body of a batch's DataFrame job (``session.range(0, n, 1, n)
+    .mapInArrow``, bound to the batch with :func:`functools.partial`): each row of
+    ``batches`` (pyarrow record batches of ``id``) is the index of a task group, whose
+    items ``groups[index]`` are ingested by :func:`ingest_partition`; yields one record
+    batch of ``answer`` strings per group. ``env`` is set in this Python worker's
+    environment while the task runs (None: unset), and restored after it: a worker is
+    reused by later tasks, of other batches and connectors too."""
+    import pyarrow as pa
+
+    schema = pa.schema([("answer", pa.string())])
+    with _environment(env):
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                answers = list(ingest_partition(plan, len(groups), index, iter([groups[index]])))
+                yield pa.RecordBatch.from_pydict({"answer": answers}, schema=schema)
+
+
+@contextlib.contextmanager
+def _environment(env: Mapping[str, str | None]) -> Iterator[None]:
+    """``env`` in ``os.environ`` (None: unset) until the block ends; then each variable
+    as it was before."""
+    before = {k: os.environ.get(k) for k in env}
+    try:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _internal(index: int, key: str, where: str, e: BaseException) -> TaskAnswer:

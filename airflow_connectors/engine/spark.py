@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_connectors.settings import Settings
+    from airflow_connectors.spec.models import ConnectorSpec, TableSpec
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +143,78 @@ def share_aws_environment(session: Any) -> None:
     earlier job are removed."""
     from airflow_connectors.sinks._fs import STORAGE_VARIABLES, storage_environment
 
-    env = getattr(session.sparkContext, "environment", None)
+    if is_connect(session):  # no SparkContext: the tasks carry them (task_environment)
+        return
+    env = getattr(getattr(session, "sparkContext", None), "environment", None)
     if not isinstance(env, dict):  # a stand-in running the tasks in this process
         return
     for key in STORAGE_VARIABLES:
         env.pop(key, None)
     env.update(storage_environment())
+
+
+def is_connect(session: Any) -> bool:
+    """Whether ``session`` is a Spark Connect client session (``pyspark.sql.connect``),
+    which has no SparkContext, rather than a classic one (spark-submit, a local session,
+    a standalone cluster) or an in-process stand-in. Imports nothing."""
+    return any(c.__module__.startswith("pyspark.sql.connect") for c in type(session).__mro__)
+
+
+def connection_variables(plugins_and_configs: Iterable[tuple[Any, Mapping[str, Any]]]) -> list[str]:
+    """The ``AIRFLOW_CONN_<ID>`` variable of every connection the configs name, each
+    through its plugin's ``connection_fields`` (a transport or sink class)."""
+    from airflow_connectors.connections.base import env_var
+
+    names: list[str] = []
+    for plugin, config in plugins_and_configs:
+        for field in getattr(plugin, "connection_fields", None) or {}:
+            conn_id = config.get(field)
+            if isinstance(conn_id, str) and conn_id and env_var(conn_id) not in names:
+                names.append(env_var(conn_id))
+    return names
+
+
+def task_environment(
+    session: Any, connector: ConnectorSpec, table: TableSpec
+) -> dict[str, str | None]:
+    """The variables a batch's tasks set in their Python worker's environment while they
+    run (see ``engine/batch.py``): the ``AIRFLOW_CONN_<ID>`` of every connection the
+    connector's transport and the table's sink name that this process has (the ingest
+    operator exports them), on a Spark Connect session also the storage variables,
+    exactly as they are here (None: unset for the task; :func:`share_aws_environment`
+    gives them to a classic session's workers)."""
+    from airflow_connectors.sinks import SINKS
+    from airflow_connectors.sinks._fs import STORAGE_VARIABLES, storage_environment
+    from airflow_connectors.transports import TRANSPORTS
+
+    configs = [
+        (TRANSPORTS.get(connector.transport.name), connector.transport.config),
+        (SINKS.get(table.sink.name), table.sink.config),
+    ]
+    env: dict[str, str | None] = {
+        k: os.environ[k] for k in connection_variables(configs) if os.environ.get(k)
+    }
+    if is_connect(session):
+        env.update(dict.fromkeys(STORAGE_VARIABLES))
+        env.update(storage_environment())
+    return env
+
+
+def default_parallelism(session: Any) -> int:
+    """The tasks a session runs at once, what :func:`~.batch.pack` spreads large inputs
+    over. Classic: ``SparkContext.defaultParallelism`` (1 for a stand-in without one).
+    Spark Connect has no SparkContext: the server's ``spark.default.parallelism`` when
+    set, else the N of a ``local[N]`` master (this machine's cores for ``local[*]``: a
+    local server runs here), else 2 (a cluster whose size the client cannot see: larger
+    inputs are still cut at ``max_partition_bytes``)."""
+    if not is_connect(session):
+        sc = getattr(session, "sparkContext", None)  # stand-ins in this process have none
+        return max(1, int(getattr(sc, "defaultParallelism", 1)))
+    value = session.conf.get("spark.default.parallelism", None)
+    if value:
+        return max(1, int(value))
+    master = session.conf.get("spark.master", None) or ""
+    found = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master.strip())
+    if found:
+        return int(found[1]) if found[1] != "*" else os.cpu_count() or 2
+    return 1 if master == "local" else 2

@@ -78,6 +78,7 @@ never loads it.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import hashlib
 import time
@@ -193,28 +194,35 @@ def assert_same_records(
 
 class _InProcessTasks:
     """Runs a batch's Spark tasks in this process, one after another: the engine's own
-    task body (:func:`~airflow_connectors.engine.reader.ingest_partition`), driver code
-    and commit, without a JVM. Stands in for the session ``run_batch`` asks for; the
-    crash check runs real Spark."""
+    DataFrame job (``range(0, n, 1, n).mapInArrow(fn, ...)``) with its own task body
+    (:func:`~airflow_connectors.engine.reader.ingest_arrow`), driver code and commit,
+    without a JVM. Stands in for the session ``run_batch`` asks for; the crash check
+    runs real Spark."""
 
-    @property
-    def sparkContext(self) -> _InProcessTasks:
-        return self
-
-    def parallelize(self, data: Any, _slices: int) -> _Tasks:
-        return _Tasks(list(data))
+    def range(self, start: int, end: int, step: int = 1, partitions: int = 1) -> _Tasks:
+        return _Tasks(list(builtins.range(start, end, step)))
 
 
 @dataclass
 class _Tasks:
-    partitions: list[Any]
+    """The rows of ``range``, one per task (a partition of its own), and the function
+    ``mapInArrow`` runs over each."""
+
+    rows: list[int]
     body: Any = None
 
-    def mapPartitionsWithIndex(self, body: Any) -> _Tasks:
-        return _Tasks(self.partitions, body)
+    def mapInArrow(self, body: Any, _schema: str) -> _Tasks:
+        return _Tasks(self.rows, body)
 
-    def collect(self) -> list[Any]:
-        return [r for i, p in enumerate(self.partitions) for r in self.body(i, iter([p]))]
+    def collect(self) -> list[tuple[Any, ...]]:
+        import pyarrow as pa
+
+        return [
+            tuple(row)
+            for i in self.rows
+            for out in self.body(iter([pa.record_batch({"id": pa.array([i], pa.int64())})]))
+            for row in zip(*out.to_pydict().values(), strict=True)
+        ]
 
 
 def _no_spark() -> Any:

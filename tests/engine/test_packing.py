@@ -31,6 +31,7 @@ from airflow_connectors.engine.discovery import context, discover
 from airflow_connectors.engine.runner import RunFailed
 from airflow_connectors.spec.models import ConnectorSpec
 from airflow_connectors.state.store import StateStore
+from airflow_connectors.testing.conformance import _InProcessTasks
 from airflow_connectors.transports import WorkItem
 
 MIB = 1 << 20
@@ -317,29 +318,16 @@ def test_dead_letters_of_packed_files_keep_their_record_numbers(
 # --- the task body in this process --------------------------------------------------
 
 
-class _Tasks:
-    """Runs the engine's Spark job in this process: each element of ``parallelize`` is
-    one task, run by the engine's own task body (what the conformance kit does)."""
+class _Tasks(_InProcessTasks):
+    """Runs the engine's Spark job in this process: each row of ``range`` is one task,
+    run by the engine's own task body (the conformance kit's stand-in), on a session of
+    parallelism 2."""
 
     defaultParallelism = 2
-
-    def __init__(self, data: list[Any] | None = None, body: Any = None) -> None:
-        self.data = data or []
-        self.body = body
 
     @property
     def sparkContext(self) -> _Tasks:
         return self
-
-    def parallelize(self, data: Any, slices: int) -> _Tasks:
-        assert slices == len(data)
-        return _Tasks(list(data))
-
-    def mapPartitionsWithIndex(self, body: Any) -> _Tasks:
-        return _Tasks(self.data, body)
-
-    def collect(self) -> list[Any]:
-        return [r for i, p in enumerate(self.data) for r in self.body(i, iter([p]))]
 
 
 def plan(tmp_path: Path, folder: Path, fmt: str, tolerance: str) -> tuple[StateStore, int, str]:
