@@ -11,6 +11,12 @@ stay the same. ``--fresh`` deletes it first. With ``--keep-running`` the UI stay
 http://127.0.0.1:8080 (another free port when 8080 is taken; the address is printed;
 user admin, password admin) until Ctrl-C or SIGTERM, which stop Airflow and everything
 it started.
+
+``--spark connect`` also starts a Spark Connect server on local Spark
+(sc://127.0.0.1:15002, or a free port when that is taken; its log in
+``<home>/spark-connect/logs``) and runs every batch on it (``[connectors] execution =
+spark_connect``, ``[connectors] spark_connect_url``) instead of a spark-submit per batch;
+the server stops with Airflow.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = "demo"
 PRICE_PORT = 8765
+#: Spark Connect's usual port; a free one when it is taken.
+SPARK_CONNECT_PORT = 15002
 
 
 class _Quiet(SimpleHTTPRequestHandler):
@@ -89,6 +97,13 @@ def main() -> int:
         "without triggering the demo's runs; implies --keep-running",
     )
     parser.add_argument(
+        "--spark",
+        choices=("submit", "connect"),
+        default="submit",
+        help="how batches run: submit (default) a spark-submit per batch on local Spark; "
+        "connect on a Spark Connect server (local Spark) that the quickstart starts",
+    )
+    parser.add_argument(
         "--user",
         action="append",
         default=[],
@@ -135,9 +150,12 @@ def main() -> int:
             print(f"quickstart: port {args.port} is in use; the UI will be on port {port}")
     airflow = StandaloneAirflow(home, ROOT / "dags", port=port, env=env, users=users)
     server = None
+    connect: Any = None
     t0 = time.monotonic()
     try:
         server = serve_price_data()
+        if args.spark == "connect":
+            connect = start_spark_connect(home, airflow.env)
         print(f"quickstart: starting Airflow (standalone) in {home} on 127.0.0.1:{port} ...")
         airflow.start()
         dags = [
@@ -196,9 +214,31 @@ def main() -> int:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
         airflow.stop()
+        if connect is not None:
+            connect.stop()
         if server is not None:
             server.shutdown()
     return 0
+
+
+def start_spark_connect(home: Path, env: dict[str, str]) -> Any:
+    """Start a Spark Connect server on local Spark and point the connectors at it (``env``
+    is Airflow's, before it starts)."""
+    from airflow_connectors.testing.spark_connect import SparkConnectServer
+    from airflow_connectors.testing.standalone import free_port, port_free
+
+    port = SPARK_CONNECT_PORT if port_free(SPARK_CONNECT_PORT) else free_port()
+    connect = SparkConnectServer(home / "spark-connect", "local[2]", port=port)
+    print(f"quickstart: starting a Spark Connect server (local[2]) on {connect.url} ...")
+    t0 = time.monotonic()
+    connect.start()
+    print(
+        f"quickstart: Spark Connect server up ({time.monotonic() - t0:.0f} s; log "
+        f"{connect.log_path}); every batch runs on it"
+    )
+    env["AIRFLOW__CONNECTORS__EXECUTION"] = "spark_connect"
+    env["AIRFLOW__CONNECTORS__SPARK_CONNECT_URL"] = connect.url
+    return connect
 
 
 def fail(airflow: Any, dag: str, run_id: str) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_connectors.testing.spark_connect import port_open
+from airflow_connectors.testing.standalone import alive
 
 pytestmark = pytest.mark.sources
 
@@ -38,15 +39,6 @@ def run_squares(url: str, n: int) -> list[Any]:
         return list(df.collect())
     finally:
         session.stop()
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie (an orphan's is reaped late)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_client_runs_python_on_the_server_which_comes_back_after_a_kill(

@@ -75,6 +75,16 @@ def port_open(port: int, host: str = LOOPBACK) -> bool:
         return True
 
 
+def log_says_started(log_path: Path, offset: int = 0) -> bool:
+    """Whether the server's log ``log_path`` says (after byte ``offset``) that it started."""
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(offset)
+            return STARTED in log.read()
+    except OSError:
+        return False
+
+
 class SparkConnectServer:
     """pyspark's Spark Connect server for ``master`` (``local[2]``, or a standalone
     ``spark://...``) under ``root`` (its log, Spark's local directory).
@@ -148,7 +158,8 @@ class SparkConnectServer:
             conf["spark.ui.port"] = str(self.ui_port)
         return conf
 
-    def _env(self) -> dict[str, str]:
+    def environment(self) -> dict[str, str]:
+        """The server's environment (this process's, Spark's settings added)."""
         bin_dir = os.path.dirname(sys.executable)
         env = {
             **os.environ,
@@ -191,7 +202,7 @@ class SparkConnectServer:
         offset = self._log.tell()
         self.proc = subprocess.Popen(
             self.command(),
-            env=self._env(),
+            env=self.environment(),
             cwd=self.root,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -202,12 +213,7 @@ class SparkConnectServer:
         return self
 
     def _started(self, offset: int) -> bool:
-        try:
-            with open(self.log_path, "rb") as log:
-                log.seek(offset)
-                return STARTED in log.read()
-        except OSError:
-            return False
+        return log_says_started(self.log_path, offset)
 
     def _wait_ready(self, offset: int, timeout: float) -> None:
         assert self.proc is not None
