@@ -10,6 +10,12 @@ server its price backfill reads from (127.0.0.1:8765).
 ``.cluster/`` (or ``--root``, or ``$AIRFLOW_CONNECTORS_CLUSTER_ROOT``). ``status`` says
 what runs; ``down`` stops exactly what ``up`` started and drops its databases.
 It needs Redis on 127.0.0.1:6379 and PostgreSQL on 127.0.0.1:5432 (user postgres).
+
+``up --spark connect`` also starts a Spark Connect server on the standalone master
+(sc://127.0.0.1:15002, or a free port; its executors run the cluster's executor Python,
+which lacks this repository: the package reaches them as an artifact of each client
+session) and every batch runs on it (``[connectors] execution = spark_connect``) instead
+of a spark-submit per batch. The server holds the workers' cores while it runs.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +31,8 @@ from airflow_connectors.spec.redact import mask_url
 
 ROOT = Path(__file__).resolve().parents[1]
 PRICE_PORT = 8765
+#: Spark Connect's usual port; a free one when it is taken.
+SPARK_CONNECT_PORT = 15002
 
 
 def default_root() -> Path:
@@ -48,7 +57,7 @@ def load(root: Path) -> Any:
         return None
 
 
-def up(root: Path, port: int | None, dags: Path, data_port: int) -> int:
+def up(root: Path, port: int | None, dags: Path, data_port: int, spark: str = "submit") -> int:
     from airflow_connectors.testing.cluster import Cluster, ClusterError, check_services
     from airflow_connectors.testing.standalone import free_port, port_free
 
@@ -75,7 +84,15 @@ def up(root: Path, port: int | None, dags: Path, data_port: int) -> int:
             f"port {data_port} on 127.0.0.1 is in use (the example's price data is served "
             "there); stop what uses it (a quickstart --keep-running?) or pass --data-port 0"
         )
-    cluster = Cluster(root, dags, api_port=port)
+    env: dict[str, str] = {}
+    connect_port = None
+    if spark == "connect":
+        connect_port = SPARK_CONNECT_PORT if port_free(SPARK_CONNECT_PORT) else free_port()
+        env = {
+            "AIRFLOW__CONNECTORS__EXECUTION": "spark_connect",
+            "AIRFLOW__CONNECTORS__SPARK_CONNECT_URL": f"sc://127.0.0.1:{connect_port}",
+        }
+    cluster = Cluster(root, dags, api_port=port, env=env)
     say(f"starting in {root} (logs in {root / 'logs'}) ...")
     try:
         cluster.start()
@@ -85,6 +102,8 @@ def up(root: Path, port: int | None, dags: Path, data_port: int) -> int:
                 [sys.executable, "-m", "http.server", str(data_port), "--bind", "127.0.0.1",
                  "--directory", str(ROOT / "pipelines" / "data")],
             )  # fmt: skip
+        if connect_port is not None:
+            start_spark_connect(cluster, connect_port)
     except KeyboardInterrupt:
         cluster.stop()
         return fail("interrupted; stopped what had started")
@@ -96,6 +115,8 @@ def up(root: Path, port: int | None, dags: Path, data_port: int) -> int:
     say(f"up in {cluster.up_seconds:.0f} s\n")
     print(f"  Airflow UI     {info['airflow_url']}  (user admin, password admin)")
     print(f"  Spark master   {info['spark_master']}  (UI {info['spark_ui']})")
+    if connect_port is not None:
+        print(f"  Spark Connect  sc://127.0.0.1:{connect_port}  (every batch runs there)")
     print(f"  S3 endpoint    {info['s3_endpoint']}  (moto; tables in {info['warehouse']})")
     print(f"  state store    {mask_url(info['state_store_url'])}")
     print(f"  Celery broker  {mask_url(info['broker_url'])}  (queue {info['queue']})")
@@ -105,6 +126,42 @@ def up(root: Path, port: int | None, dags: Path, data_port: int) -> int:
     print(f"  logs           {root / 'logs'} (Airflow task logs in {root / 'airflow' / 'logs'})")
     print("\n  status: bash scripts/cluster.sh status    stop: bash scripts/cluster.sh down")
     return 0
+
+
+def start_spark_connect(cluster: Any, port: int, timeout: float = 300) -> None:
+    """Start a Spark Connect server on the cluster's standalone master as the cluster's
+    process ``spark-connect`` (``status`` lists it, ``down`` stops it) and wait until it
+    serves."""
+    from airflow_connectors.testing.cluster import ClusterError
+    from airflow_connectors.testing.spark_connect import (
+        SparkConnectServer,
+        log_says_started,
+        port_open,
+    )
+    from airflow_connectors.testing.standalone import alive
+
+    server = SparkConnectServer(
+        cluster.root / "spark-connect",
+        cluster.spark.master_url,
+        port=port,
+        executor_python=cluster.spark.executor_python,
+    )
+    (server.root / "local").mkdir(parents=True, exist_ok=True)
+    say(f"starting a Spark Connect server on {server.url} (master {cluster.spark.master_url}) ...")
+    log = cluster.root / "logs" / "spark-connect.log"
+    offset = log.stat().st_size if log.exists() else 0
+    cluster.add_process("spark-connect", server.command(), server.environment())
+    deadline = time.monotonic() + timeout
+    while not (log_says_started(log, offset) and port_open(port)):
+        if not alive(cluster.pids["spark-connect"]):
+            raise ClusterError(
+                f"the Spark Connect server exited:\n{cluster.log_tail('spark-connect')}"
+            )
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"the Spark Connect server on {server.url} did not start in {timeout:.0f} s"
+            )
+        time.sleep(1)
 
 
 def status(root: Path) -> int:
@@ -168,12 +225,19 @@ def main() -> int:
         f"{PRICE_PORT}, which pipelines/demo.yaml reads; 0: do not serve it)",
     )
     parser.add_argument(
+        "--spark",
+        choices=("submit", "connect"),
+        default="submit",
+        help="up: how batches run: submit (default) a spark-submit per batch on the "
+        "standalone master; connect on a Spark Connect server on it that up starts",
+    )
+    parser.add_argument(
         "--dags", type=Path, default=ROOT / "dags", help="DAGs folder for up (default dags/)"
     )
     args = parser.parse_args()
     root = args.root.resolve()
     if args.command == "up":
-        return up(root, args.port, args.dags.resolve(), args.data_port)
+        return up(root, args.port, args.dags.resolve(), args.data_port, args.spark)
     if args.command == "status":
         return status(root)
     return down(root)

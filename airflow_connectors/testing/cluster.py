@@ -441,13 +441,16 @@ class Cluster:
         )
         self._record(name, self._procs[name].pid)
 
-    def add_process(self, name: str, command: list[str]) -> None:
+    def add_process(
+        self, name: str, command: list[str], env: Mapping[str, str] | None = None
+    ) -> None:
         """Start ``command`` as a process of the cluster (e.g. a server a demo pipeline
-        reads from): the cluster's environment, a process group of its own, its output in
-        ``root/logs/<name>.log``; :meth:`status` lists it and :meth:`stop` stops it."""
+        reads from, or a Spark Connect server): the cluster's environment (``env`` added),
+        a process group of its own, its output in ``root/logs/<name>.log``;
+        :meth:`status` lists it and :meth:`stop` stops it."""
         if name not in self.extras:
             self.extras.append(name)
-        self._spawn(name, [], self.env, command=command)
+        self._spawn(name, [], {**self.env, **(env or {}), MARKER: self.id}, command=command)
         self._save_if_recorded()
 
     def _record(self, name: str, pid: int | None) -> None:
