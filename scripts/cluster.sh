@@ -4,6 +4,8 @@
 # dag-processor, triggerer, 2 Celery workers; Redis broker, PostgreSQL metadata DB), the
 # state store in PostgreSQL and the warehouse on an S3-compatible server, serving dags/.
 #   bash scripts/cluster.sh up       start it all detached; prints the URLs
+#   bash scripts/cluster.sh up --spark connect   also a Spark Connect server on the master,
+#                                    which then runs every batch (no spark-submit)
 #   bash scripts/cluster.sh status   what runs
 #   bash scripts/cluster.sh down     stop what up started, drop its databases
 # State, PIDs, ports and logs are in .cluster/ (--root DIR elsewhere). Needs Redis on
