@@ -19,6 +19,33 @@ Under ``schema_evolution: add_new_columns`` a batch whose tasks met fields the t
 lacks is staged again with the widened table (:mod:`.evolution`), and step 4 stores the
 widened columns as the table's next schema version in the same transaction; publish
 then applies the schema change to the table with the batch's rows.
+
+Step 3 is a DataFrame job, never an RDD or the SparkContext, so a classic session
+(spark-submit, a local session, a standalone cluster) and a Spark Connect session
+(:func:`is_connect`) run it alike: ``session.range(0, n, 1, n)`` has one row per task
+group, each in a partition (a Spark task) of its own, and ``mapInArrow`` runs
+:func:`~.reader.ingest_arrow` over it, bound (``functools.partial``) to the plan's
+header, the groups' work items and the tasks' environment; the answers are collected
+here and committed here. Classic pyspark broadcasts a task function over 1 MiB (20,000
+small files plan about 4 MB of items); on Spark Connect the function is bytes of the
+request's plan, which the server accepts up to its ``spark.connect.grpc.maxInboundMessageSize``
+(128 MiB by default): a batch needing more fails in one line saying what to change.
+
+Credentials on the executors. Storage variables (``AWS_*``, ``AZURE_STORAGE_*``,
+``GOOGLE_*``: the warehouse's) reach a classic session's Python workers through
+``SparkContext.environment`` (:func:`~.spark.share_aws_environment`). The
+``AIRFLOW_CONN_<ID>`` of each connection the connector's transport and the table's sink
+name (the ingest operator exports them into its process) used to reach executors only by
+inheritance: on ``local[*]`` the workers are children of this process, on a standalone
+cluster they never saw them. Now the task function carries them, on a Spark Connect
+session with the storage variables (its server's executors never see the client's
+environment and it has no SparkContext): :func:`~.reader.ingest_arrow` sets them in the
+Python worker's ``os.environ`` for the task's duration and restores the worker's own
+after it, since a worker is reused by later tasks of other batches and connectors of a
+shared server. Secrets travel only as bytes of the pickled function (gRPC to a Spark
+Connect server, whose logs and UI abbreviate a plan's bytes fields; Spark's broadcast or
+task closure on a classic session, as the plan header always did): never as a string in
+a plan, a Spark setting, a data source option or a log line.
 """
 
 from __future__ import annotations
@@ -197,9 +224,9 @@ def _write(
         # Work items packed into Spark tasks by size (as Spark's file sources pack
         # files); each task writes its items' rows into its own rolling parts and
         # returns one receipt per item (or the item's failure: bad input never raises
-        # in the worker, see reader). A plain RDD job: Spark's pooled Python workers
-        # start once per session, where reading through the data source would start
-        # planner processes per batch.
+        # in the worker, see reader). A plain mapInArrow job: Spark's pooled Python
+        # workers start once per session, where reading through the data source would
+        # start planner processes per batch.
         rows = _run_tasks(session, ctx, items)
     except Exception as exc:
         # Spark itself failed (a worker crashed, the JVM ran out of memory): one line of
