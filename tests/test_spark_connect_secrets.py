@@ -2,23 +2,28 @@
 
 How the secrets travel on Spark Connect: the client (the ingest task, or the CLI)
 resolves the connector's connections (here ``url_input``'s ``http_conn_id``: a password
-and an ``X-API-Key`` header, from ``AIRFLOW_CONN_<ID>``) and the engine packs the
-credential environment with the batch's plan header and work items into the Spark tasks'
-function (``mapInArrow``); that function is pickled by cloudpickle on the client and
-crosses to the server as opaque bytes inside the plan's Python UDF (gRPC, loopback or
-TLS). The server's JVM never decodes those bytes: it hands them to its Python workers,
-which unpickle them in memory, set the environment for the task and read the source.
-Nothing of it is in the server's configuration or environment, nor in a SQL text. What
-the server shows of a plan (logs, the Connect tab's statements, the SQL page, the event
-log's listener events) is its tree with the UDF's name, and a long bytes field only
-abbreviated, never its contents.
+and an ``X-API-Key`` header, from ``AIRFLOW_CONN_<ID>``) and the engine binds the
+credential environment (:func:`airflow_connectors.engine.spark.task_environment`: the
+``AIRFLOW_CONN_<ID>`` of the connections the transport and the sink name, and on Spark
+Connect the storage variables such as ``AWS_SECRET_ACCESS_KEY``) with the batch's plan
+header and work items into the tasks' function, ``functools.partial(ingest_arrow,
+header, groups, env)`` of ``range(0, n, 1, n).mapInArrow``. cloudpickle pickles it on
+the client; it crosses to the server as opaque bytes inside the plan's Python UDF (gRPC,
+over loopback or TLS). The server's JVM never decodes those bytes: it hands them to its
+Python workers, which unpickle them in memory and set the environment only while the
+task runs (restored after). Nothing of it is in the server's configuration, environment
+or a SQL text; what the server shows of a plan (its log, the Connect tab's statements,
+the SQL page, the event log's listener events) is the plan's tree with the UDF's name,
+a long bytes field abbreviated, never its contents.
 
 The test: one batch of a ``url_input`` connector whose server refuses requests without
-the credentials (so they did reach the Spark task) runs as a Spark Connect client of a
-server started with its UI and event log on; then no secret (nor its basic-auth or
-base64 form) appears in the server's log, its event log, its UI pages (the Connect tab
-and each statement and session page it links, jobs, stages, SQL, environment,
-executors) or the REST API, nor in the client's log (at DEBUG)."""
+the credentials (so they did reach the Spark task), with an AWS secret key in the
+client's environment (a storage credential, which travels the same way), runs as a
+Spark Connect client of a server started with its UI and event log on; then no secret
+(nor its basic-auth or base64 form) appears in the server's log, its event log, its UI
+pages (the Connect tab and each session page it links, jobs, stages, SQL and each
+query's page, environment, executors) or the REST API's answers (the application, its
+jobs, stages and SQL in detail, its environment), nor in the client's log (at DEBUG)."""
 
 from __future__ import annotations
 
@@ -54,6 +59,7 @@ pytestmark = pytest.mark.sources
 
 PASSWORD = f"pw-{uuid.uuid4().hex}"
 API_KEY = f"key-{uuid.uuid4().hex}"
+AWS_SECRET = f"aws-{uuid.uuid4().hex}"
 LOGIN = "reader"
 CONN_ID = "connect_secret_http"
 ROWS = 200
@@ -68,7 +74,7 @@ def forms(secret: str) -> list[str]:
 
 
 BASIC = "Basic " + base64.b64encode(f"{LOGIN}:{PASSWORD}".encode()).decode()
-SECRETS = [*forms(PASSWORD), *forms(API_KEY)]
+SECRETS = [*forms(PASSWORD), *forms(API_KEY), AWS_SECRET]
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +140,8 @@ def landed(
     )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(connection))
+        mp.setenv("AWS_ACCESS_KEY_ID", "connect-secrets-test")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
         try:
             assert len(case.plan()) == 1, case.files
             proc = start_connect_job(
