@@ -8,7 +8,9 @@ A DAG file::
 
 Each connector becomes the DAG ``<pipeline>.<table>.<connector>``::
 
-    gate >> discover >> ingest[batch...] >> finalize >> finished
+    discover >> ingest[batch...] >> finalize >> finished
+
+(``discover`` starts with the gate: it skips the run while the connector may not run.)
 
 Rendering reads the spec file and nothing else: no Spark, no state store, no network.
 The REST API finds the connectors in Airflow's own records of the DAGs (their tags and
@@ -108,12 +110,17 @@ def pipeline_spec(
 class ConnectorTasks:
     """The tasks of one connector (see :func:`connector_tasks`)."""
 
-    gate: BaseOperator
+    #: The gate, then discovery: skips the run while the connector may not run.
     discover: BaseOperator
     #: Mapped over the batch ids ``discover`` returns (one task instance per batch).
     ingest: MappedOperator
     finalize: BaseOperator
     finished: BaseOperator
+
+    @property
+    def gate(self) -> BaseOperator:
+        """The task that gates the run: ``discover`` (the gate's checks start it)."""
+        return self.discover
 
 
 def connector_tasks(
@@ -125,15 +132,18 @@ def connector_tasks(
     spark_conf: Mapping[str, str] | None = None,
     retries: int = 0,
 ) -> ConnectorTasks:
-    """``gate >> discover >> ingest[batch...] >> finalize >> finished`` of one connector,
+    """``discover >> ingest[batch...] >> finalize >> finished`` of one connector,
     created in the DAG or task group being defined (``with DAG(...)``/``with
     TaskGroup(...)``): a connector DAG's tasks and a :class:`.ConnectorTaskGroup`'s.
-    ``retries``: the tasks' retries (discover takes at least 3)."""
+    ``retries``: the tasks' retries (discover takes at least 3).
+
+    The gate's checks (pipeline paused, connector stopped, ``start_after``) run at the
+    start of ``discover``, which skips the run as a gate task would: one task process
+    less between a trigger's event and the ingest."""
     from airflow_connectors.airflow.operators.connector import (
         ConnectorDiscoverOperator,
         ConnectorFinalizeOperator,
         ConnectorFinishedOperator,
-        ConnectorGateOperator,
         ConnectorIngestOperator,
     )
     from airflow_connectors.spec.graph import label_carriers
@@ -146,21 +156,14 @@ def connector_tasks(
         "table": sealed_table(table.model_dump(mode="json", exclude={"connectors"})),
         "connector": sealed_connector(connector.model_dump(mode="json")),
     }
-    gate = ConnectorGateOperator(
-        task_id="gate",
-        # A run that starts while the API server is still starting (a cron tick during
-        # the quickstart's restart) cannot reach the execution API at first: retried.
-        retries=max(retries, 2),
-        retry_delay=dt.timedelta(seconds=10),
-        pipeline=p,
-        endpoint=endpoint,
-        start_after=connector.start_after or (),
-        waits_for=label_carriers(spec, connector.start_after or ()),
-    )
     discover = ConnectorDiscoverOperator(
         task_id="discover",
+        # Also a run that starts while the API server is still starting (a cron tick
+        # during the quickstart's restart), which cannot reach the execution API at first.
         retries=max(retries, 3),
         retry_delay=dt.timedelta(seconds=20),
+        start_after=connector.start_after or (),
+        waits_for=label_carriers(spec, connector.start_after or ()),
         **common,
     )
     ingest = ConnectorIngestOperator.partial(
@@ -181,9 +184,9 @@ def connector_tasks(
         endpoint=endpoint,
         asset=connector_asset(p, table.name, connector.name),
     )
-    gate >> discover >> ingest >> finalize >> finished
+    discover >> ingest >> finalize >> finished
     discover >> finalize  # finalize runs when discover found nothing (no ingest)
-    return ConnectorTasks(gate, discover, ingest, finalize, finished)
+    return ConnectorTasks(discover, ingest, finalize, finished)
 
 
 class ConnectorPipeline:
@@ -400,10 +403,10 @@ class ConnectorPipeline:
             else "Columns: inferred from the data on the first discovery (`airflow-connectors "
             f"schema {self.spec.name} {table.name}` shows them and their versions).",
             "",
-            "Pause this DAG to pause the connector. Tasks: `gate` (skips while the pipeline "
-            "is paused or start_after is not satisfied), `discover` (plans at most "
-            f"{connector.tasks_max} batch(es)), `ingest` (spark-submit per batch), `finalize`, "
-            "`finished` (asset event once the connector finishes).",
+            "Pause this DAG to pause the connector. Tasks: `discover` (skips while the "
+            "pipeline is paused, the connector stopped or start_after not satisfied, else "
+            f"plans at most {connector.tasks_max} batch(es)), `ingest` (one per batch), "
+            "`finalize`, `finished` (asset event once the connector finishes).",
         ]
         if waits_for:
             lines += ["", "Starts after: " + ", ".join(f"`{t}.{c}`" for t, c in waits_for) + "."]

@@ -6,8 +6,8 @@
         ingest = ConnectorTaskGroup(spec="shop.yaml", connector="orders.live")
         ingest >> my_transform
 
-The group holds the connector DAG's tasks (``gate >> discover >> ingest[batch...] >>
-finalize >> finished``, built by the same :func:`.render.connector_tasks`) and a last
+The group holds the connector DAG's tasks (``discover >> ingest[batch...] >> finalize >>
+finished``, built by the same :func:`.render.connector_tasks`) and a last
 task ``done``, prefixed by the group id (``orders__live.discover``). What the connector
 DAG guaranteed and the host DAG must now give:
 
@@ -19,7 +19,7 @@ DAG guaranteed and the host DAG must now give:
   ``freshness`` (both rendered on a connector's own DAG) is refused, naming the field.
 - **Pausing**: the host DAG's pause flag belongs to the user; the connector is paused
   with its pipeline (``airflow-connectors pipeline P pause``) or stopped (``connector P
-  T C stop``) in the state store, which its gate reads. The REST API lists connector
+  T C stop``) in the state store, which its gate (the start of ``discover``) reads. The REST API lists connector
   DAGs; a task-group connector shows in the state store's listings (``pipeline P
   status``, ``connector P T C stats``) once it has run.
 - ``finished`` emits the connector's asset ``connector://<pipeline>/<table>/<connector>``
@@ -27,7 +27,7 @@ DAG guaranteed and the host DAG must now give:
 - ``done`` succeeds once the connector's run did its work (``finalize`` succeeded,
   whether or not the connector finished), so ``group >> my_transform`` runs the
   transform after every ingesting run; it is skipped, and with it a downstream task with
-  the default trigger rule, when the gate skipped the run (pipeline paused, connector
+  the default trigger rule, when the gate (``discover``) skipped the run (pipeline paused, connector
   stopped, ``start_after`` not yet satisfied).
 """
 
@@ -68,8 +68,9 @@ class ConnectorTaskGroup(TaskGroup):
     :param kwargs: further ``TaskGroup`` arguments (``dag``, ``default_args``,
         ``tooltip``...).
 
-    The tasks are attributes too (``gate``, ``discover``, ``ingest``, ``finalize``,
-    ``finished``, ``done``), to depend on one of them rather than on the group.
+    The tasks are attributes too (``discover``, ``ingest``, ``finalize``, ``finished``,
+    ``done``; ``gate`` is ``discover``, whose start is the gate), to depend on one of
+    them rather than on the group.
     """
 
     def __init__(
@@ -158,8 +159,8 @@ def _doc(spec: PipelineSpec, table: TableSpec, connector: ConnectorSpec) -> str:
             "",
             "Pausing this DAG pauses all of it. To pause the connector alone: "
             f"`airflow-connectors pipeline {p} pause --local` (its pipeline) or "
-            f"`airflow-connectors connector {p} {t} {c} stop --local`; its `gate` skips the "
-            "run, and `done` with it, meanwhile.",
+            f"`airflow-connectors connector {p} {t} {c} stop --local`; its `discover` skips "
+            "the run (the gate), and `done` with it, meanwhile.",
             "",
             "```json",
             json.dumps(config, indent=2),

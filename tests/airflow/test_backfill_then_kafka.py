@@ -143,7 +143,6 @@ def test_backfill_then_kafka_lands_every_order_once(
     try:
         # The stream's gate skips it while the backfill has not finished.
         early = task_states(s["stream"].test())
-        assert early[("gate", -1)] == "skipped", early
         assert early[("discover", -1)] == "skipped", early
         while writer.last < HISTORY + BEFORE_BACKFILL:  # orders in both before the snapshot
             assert writer.is_alive(), writer.error
@@ -166,12 +165,12 @@ def test_backfill_then_kafka_lands_every_order_once(
         [line] = [r.getMessage() for r in caplog.records if "hand-over after" in r.getMessage()]
         assert "connector orders.stream: topic " in line and "partition 2: " in line, line
         states = task_states(stream_run)
-        assert states[("gate", -1)] == "success", states
+        assert states[("discover", -1)] == "success", states
         ingests = [i for (t, i), st in states.items() if t == "ingest" and i >= 0]
         assert ingests and all(states[("ingest", i)] == "success" for i in ingests), states
         # Ran after the backfill's finish, in Airflow's own records.
         finished_at = task_times(backfill_run)[("finished", -1)][1]
-        assert task_times(stream_run)[("gate", -1)][0] > finished_at
+        assert task_times(stream_run)[("discover", -1)][0] > finished_at
         # Runs until caught up: a later run plans nothing.
         for _ in range(3):
             again = task_states(s["stream"].test())

@@ -281,7 +281,7 @@ def test_stopped_connector_runs_only_after_resume(api: Api) -> None:
     af.set_paused(name, False)
     run_id = af.trigger(name)
     assert af.wait_run(name, run_id)["state"] == "success"
-    gate = {ti["task_id"]: ti["state"] for ti in af.task_instances(name, run_id)}["gate"]
+    gate = {ti["task_id"]: ti["state"] for ti in af.task_instances(name, run_id)}["discover"]
     assert gate == "skipped"
     stats = api("GET", f"{feldera}/stats").json()
     assert (stats["state"], stats["paused"]) == ("STOPPED", True)

@@ -140,7 +140,7 @@ print(json.dumps(out))
     backfill, live = dags["shop.numbers.backfill"], dags["shop.numbers.live"]
     assert backfill["tags"] == ["label:numbers.backfill", "pipeline:shop", "table:numbers"]
     assert backfill["paused"] is False and live["paused"] is True
-    assert backfill["tasks"] == ["discover", "finalize", "finished", "gate", "ingest"]
+    assert backfill["tasks"] == ["discover", "finalize", "finished", "ingest"]
     assert backfill["schedule"] == "NullTimetable"
     assert live["schedule"] == "AssetOrTimeSchedule"
     assert live["assets"] == ["connector://shop/numbers/backfill"]
@@ -303,7 +303,6 @@ def test_gate_skips_while_pipeline_paused_or_start_after_unfinished(
     store.set_pipeline_paused("gated", True)
     paused = dags["gated.events.files"].test()
     states = task_states(paused)
-    assert states[("gate", -1)] == "skipped"
     assert states[("discover", -1)] == "skipped" and states[("finalize", -1)] == "skipped"
     assert table_ids(connectors_env, "gated", "events") == []
 
@@ -315,16 +314,16 @@ def test_gate_skips_while_pipeline_paused_or_start_after_unfinished(
     files = ConnectorRef("gated", "events", "files")
     control.ConnectorControl(store).stop(files)
     stopped = task_states(dags["gated.events.files"].test())
-    assert stopped[("gate", -1)] == "skipped" and stopped[("discover", -1)] == "skipped"
+    assert stopped[("discover", -1)] == "skipped"
     assert table_ids(connectors_env, "gated", "events") == []
     control.ConnectorControl(store).resume(files)
 
     early = dags["gated.events.more"].test()  # the labelled connector has not finished
-    assert task_states(early)[("gate", -1)] == "skipped"
+    assert task_states(early)[("discover", -1)] == "skipped"
 
     dags["gated.events.files"].test()
     late = dags["gated.events.more"].test()
-    assert task_states(late)[("gate", -1)] == "success"
+    assert task_states(late)[("discover", -1)] == "success"
     assert table_ids(connectors_env, "gated", "events") == sorted([*ids, 100, 101, 102])
     store.close()
 
@@ -489,7 +488,7 @@ def test_one_invalid_connector_keeps_the_valid_ones_and_fails_alone(
     assert set(dags) == {"halfbad.t.good", "halfbad.t.typo", "halfbad.t.after_good"}
     assert [t.task_id for t in dags["halfbad.t.typo"].tasks] == ["gate"]
     assert "good.dnoe" in (dags["halfbad.t.typo"].doc_md or "")
-    assert len(dags["halfbad.t.good"].tasks) == 5
+    assert len(dags["halfbad.t.good"].tasks) == 4
     run = dags["halfbad.t.typo"].test()
     assert str(run.state) == "failed" and task_states(run) == {("gate", -1): "failed"}
     # The valid one still runs.
@@ -544,11 +543,11 @@ def test_the_gate_retries_a_start_while_the_api_server_starts(
     connectors_env: dict[str, str],
 ) -> None:
     """Issue 22: a cron tick during the quickstart's restart failed its run at the gate
-    (the execution API was not up yet). The gate retries twice, 10 s apart; discover
-    keeps its own 3 retries."""
+    (the execution API was not up yet). The gate's checks start discover, which retries
+    3 times, 20 s apart (issue 26: no separate gate task)."""
     gen = {"name": "datagen", "config": {"plan": [{"limit": 1}]}}
     tables = {"t": {"columns": {"id": "BIGINT"}, "connectors": [{"name": "g", "transport": gen}]}}
     dag = write_pipeline("gated", tables)["gated.t.g"]
-    gate, discover = dag.get_task("gate"), dag.get_task("discover")
-    assert gate.retries == 2 and gate.retry_delay == dt.timedelta(seconds=10)
-    assert discover.retries == 3
+    assert "gate" not in dag.task_ids
+    discover = dag.get_task("discover")
+    assert discover.retries == 3 and discover.retry_delay == dt.timedelta(seconds=20)

@@ -198,7 +198,7 @@ def test_start_after_runs_on_the_asset_event_only_after_backfill(orch: Orchestra
     early_id = af.trigger("orch.prices.live")
     early = af.wait_run("orch.prices.live", early_id)
     states = orch.states("orch.prices.live", early_id)
-    assert early["state"] == "success" and states["gate[-1]"] == "skipped", states
+    assert early["state"] == "success" and states["discover[-1]"] == "skipped", states
     assert states["discover[-1]"] == "skipped" and orch.ids("prices") == []
 
     run_id = af.trigger("orch.prices.backfill")
@@ -210,7 +210,7 @@ def test_start_after_runs_on_the_asset_event_only_after_backfill(orch: Orchestra
     assert [r["run_type"] for r in runs] == ["manual", "asset_triggered"]
     live = runs[1]
     assert live["state"] == "success"
-    assert orch.states("orch.prices.live", live["dag_run_id"])["gate[-1]"] == "success"
+    assert orch.states("orch.prices.live", live["dag_run_id"])["discover[-1]"] == "success"
     tis = af.task_instances("orch.prices.backfill", run_id)
     ingest = [ti for ti in tis if ti["task_id"] == "ingest"]
     assert len(ingest) == 1 and re.fullmatch(r"batch \d+", ingest[0]["rendered_map_index"])
@@ -239,7 +239,7 @@ def test_dag_pause_and_pipeline_pause_each_stop_a_connector(orch: Orchestra) -> 
     # the paused pipeline skipped).
     assert orch.cli("pipeline", "orch", "pause").returncode == 0
     witnessed = orch.witness()
-    assert orch.states(WITNESS, witnessed["dag_run_id"])["gate[-1]"] == "skipped"
+    assert orch.states(WITNESS, witnessed["dag_run_id"])["discover[-1]"] == "skipped"
     assert af.runs(dag)[0]["state"] == "queued" and len(af.runs(dag)) == 1
     assert not [ti for ti in af.task_instances(dag, queued) if ti["state"]]
     assert orch.ids("numbers") == []
@@ -248,7 +248,7 @@ def test_dag_pause_and_pipeline_pause_each_stop_a_connector(orch: Orchestra) -> 
     af.set_paused(dag, False)
     run = af.wait_run(dag, queued)
     states = orch.states(dag, queued)
-    assert run["state"] == "success" and states["gate[-1]"] == "skipped", states
+    assert run["state"] == "success" and states["discover[-1]"] == "skipped", states
     assert states["discover[-1]"] == "skipped" and orch.ids("numbers") == []
 
     # Both running: the connector ingests.

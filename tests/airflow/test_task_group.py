@@ -111,7 +111,7 @@ def test_readme_example_lands_rows_once_and_runs_the_users_task_after_the_group(
     the table; run twice, the second run lands nothing and counts the same rows."""
     dag = parse_dag_file("readme_shop_report.py", readme_block(MARKER))["shop_report"]
     assert {t.task_id for t in dag.tasks} == {
-        f"{GROUP}.{t}" for t in ("gate", "discover", "ingest", "finalize", "finished", "done")
+        f"{GROUP}.{t}" for t in ("discover", "ingest", "finalize", "finished", "done")
     } | {"count_orders"}
     uri = "connector://shop/orders/live"
     events_before = len(asset_events(uri))
@@ -202,7 +202,6 @@ def test_gate_skips_the_group_and_the_users_task_while_paused_or_stopped(
     finally:
         store.close()
     for states in (paused, stopped):
-        assert states[("load.gate", -1)] == "skipped", states
         for task in ("load.discover", "load.done", "after_group", "after_finished"):
             assert states[(task, -1)] == "skipped", (task, states)
     assert table_ids(connectors_env, "quiet", "numbers") == []

@@ -138,7 +138,7 @@ def test_start_after_runs_the_dependent_on_the_asset_event_only(e2e: Deployment)
     early_id = api.trigger(SECOND)
     early = api.wait_run(SECOND, early_id)
     states = e2e.states(SECOND, early_id)
-    assert early["state"] == "success" and states["gate[-1]"] == "skipped", states
+    assert early["state"] == "success" and states["discover[-1]"] == "skipped", states
     assert states["discover[-1]"] == "skipped" and ids(e2e, "chain") == []
 
     run_id = api.trigger(FIRST)
@@ -153,7 +153,7 @@ def test_start_after_runs_the_dependent_on_the_asset_event_only(e2e: Deployment)
     assert [r["run_type"] for r in runs] == ["manual", "asset_triggered"]
     second = runs[1]
     assert second["state"] == "success", e2e.states(SECOND, second["dag_run_id"])
-    assert e2e.states(SECOND, second["dag_run_id"])["gate[-1]"] == "success"
+    assert e2e.states(SECOND, second["dag_run_id"])["discover[-1]"] == "success"
     [event] = asset_events(e2e, f"connector://{PIPELINE}/chain/first")
     assert event["source_run_id"] == run_id
     assert [r["run_id"] for r in event["created_dagruns"]] == [second["dag_run_id"]]

@@ -1,7 +1,7 @@
-"""The tasks of a connector DAG: ``gate -> discover -> ingest[n] -> finalize -> finished``.
+"""The tasks of a connector DAG: ``discover -> ingest[n] -> finalize -> finished``.
 
-Each is a thin shell over the engine: the gate asks the state store whether the connector
-may run, discover plans batches (no Spark), ingest spark-submits one planned batch (or,
+Each is a thin shell over the engine: discover asks the state store whether the connector
+may run (the gate) and plans batches (no Spark), ingest spark-submits one planned batch (or,
 with ``execution: spark_connect``, runs it in the task as a client of a Spark Connect
 server), finalize recomputes end of input, finished emits the connector's asset event
 once per finishing.
@@ -170,54 +170,41 @@ class _ConnectorOperator(BaseOperator):
         return BatchContext(self.pipeline, table, connector, settings.warehouse)
 
 
-class ConnectorGateOperator(BaseOperator):
-    """Skips the run (never blocks) when the pipeline is paused, the connector is stopped
-    (it runs again only after resume, even if its DAG is unpaused) or ``start_after`` is
-    not satisfied: every connector carrying one of the labels must be finished."""
+def gate(
+    task: BaseOperator,
+    pipeline: str,
+    endpoint: str,
+    start_after: Sequence[str] = (),
+    waits_for: Sequence[str] = (),
+) -> None:
+    """The gate, at the start of a connector's discover task: raises
+    ``AirflowSkipException`` (skipping the rest of the run, never blocking) with the reason
+    when the pipeline is paused, the connector is stopped (it runs again only after resume,
+    even if its DAG is unpaused) or ``start_after`` is not satisfied: every connector
+    carrying one of the labels (``waits_for``) must be finished."""
+    from airflow_connectors.airflow.dag_switch import AirflowDagSwitch
+    from airflow_connectors.engine.control import ConnectorControl
+    from airflow_connectors.engine.runner import unfinished
 
-    ui_color = "#e8f0fe"
-
-    def __init__(
-        self,
-        *,
-        pipeline: str,
-        endpoint: str,
-        start_after: Sequence[str] = (),
-        waits_for: Sequence[str] = (),
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.pipeline = pipeline
-        self.endpoint = endpoint
-        self.start_after = list(start_after)
-        self.waits_for = list(waits_for)
-
-    def execute(self, context: Context) -> None:
-        """Raises ``AirflowSkipException`` (skipping the rest of the run) with the reason
-        when the connector may not run now."""
-        from airflow_connectors.airflow.dag_switch import AirflowDagSwitch
-        from airflow_connectors.engine.control import ConnectorControl
-        from airflow_connectors.engine.runner import unfinished
-
-        settings = Settings.load()
-        name = f"{self.pipeline}.{self.endpoint}"
-        table, _, connector = self.endpoint.partition(".")
-        with _state_store(settings) as store:
-            # The gate's rule reads the store only (a task cannot reach Airflow's
-            # metadata database); the switch is the one the other surfaces use.
-            control = ConnectorControl(store, AirflowDagSwitch())
-            reason = control.gate_blocker(ConnectorRef(self.pipeline, table, connector))
-            if reason:
-                raise AirflowSkipException(reason)
-            blocking = unfinished(store, self.pipeline, self.waits_for)
-        if blocking:
-            raise AirflowSkipException(
-                f"connector {name} waits (start_after {', '.join(self.start_after)}) for "
-                f"{', '.join(blocking)} to finish: end of input with nothing in flight"
-            )
-        self.log.info(
-            "connector %s may run: pipeline running, not stopped, start_after satisfied", name
+    settings = Settings.load()
+    name = f"{pipeline}.{endpoint}"
+    table, _, connector = endpoint.partition(".")
+    with _state_store(settings) as store:
+        # The gate's rule reads the store only (a task cannot reach Airflow's
+        # metadata database); the switch is the one the other surfaces use.
+        control = ConnectorControl(store, AirflowDagSwitch())
+        reason = control.gate_blocker(ConnectorRef(pipeline, table, connector))
+        if reason:
+            raise AirflowSkipException(reason)
+        blocking = unfinished(store, pipeline, list(waits_for))
+    if blocking:
+        raise AirflowSkipException(
+            f"connector {name} waits (start_after {', '.join(start_after)}) for "
+            f"{', '.join(blocking)} to finish: end of input with nothing in flight"
         )
+    task.log.info(
+        "connector %s may run: pipeline running, not stopped, start_after satisfied", name
+    )
 
 
 class ConnectorInvalidOperator(BaseOperator):
@@ -242,13 +229,25 @@ class ConnectorInvalidOperator(BaseOperator):
 
 
 class ConnectorDiscoverOperator(_ConnectorOperator):
-    """Lists new work after the committed offsets under the connector's lease, persists
-    at most ``tasks_max`` batch plans and returns their ids (empty: nothing to do)."""
+    """The gate (:func:`gate`: skips the run while the pipeline is paused, the connector
+    stopped or ``start_after`` unsatisfied), then lists new work after the committed
+    offsets under the connector's lease, persists at most ``tasks_max`` batch plans and
+    returns their ids (empty: nothing to do). One task rather than a gate task and a
+    discover task: a task process less between a trigger's event and the ingest.
+
+    :param start_after: the connector's ``start_after`` labels (for the gate's message).
+    :param waits_for: the connectors carrying them (``<table>.<connector>``), which must
+        be finished before this one runs.
+    """
 
     ui_color = "#fef7e0"
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(
+        self, *, start_after: Sequence[str] = (), waits_for: Sequence[str] = (), **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
+        self.start_after = list(start_after)
+        self.waits_for = list(waits_for)
         #: The table and connector as written, as JSON text: stored with the serialized
         #: DAG, where the REST API reads the connector before it ever runs (rendering a
         #: DAG file writes nothing to the state store). Text, because Airflow serializes
@@ -266,7 +265,15 @@ class ConnectorDiscoverOperator(_ConnectorOperator):
     def execute(self, context: Context) -> list[int]:
         """Returns the planned batch ids (XCom, one ingest task each). Skips when the
         connector is stopped, or when another run holds the lease past the wait (with
-        templated configs, fails instead so the task's retries plan its own slice)."""
+        templated configs, fails instead so the task's retries plan its own slice); skips
+        first when the gate says the connector may not run now."""
+        gate(
+            self,
+            self.pipeline,
+            f"{self.table['name']}.{self.connector['name']}",
+            self.start_after,
+            self.waits_for,
+        )
         with _told_in_one_line(self, self.ref):
             settings = Settings.load()
             ctx = self.batch_context(settings)

@@ -571,8 +571,9 @@ def ingest_tasks(ref: ConnectorRef, batch_ids: Iterable[int]) -> dict[int, dict[
 
 
 def last_run(ref: ConnectorRef) -> dict[str, Any] | None:
-    """The connector DAG's latest run: its id, state, and its gate task's state
-    (``skipped``: the gate held the run, see ``gate`` for why); None before any run."""
+    """The connector DAG's latest run: its id, state, and its gate's state (the
+    ``discover`` task, which the gate starts; ``skipped``: the gate held the run, see
+    ``gate`` for why); None before any run."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.utils.session import create_session
@@ -587,11 +588,16 @@ def last_run(ref: ConnectorRef) -> dict[str, Any] | None:
         )
         if run is None:
             return None
-        gate = (
-            session.query(TI.state)
-            .filter(TI.dag_id == dag_id, TI.run_id == run.run_id, TI.task_id == "gate")
-            .scalar()
+        # The gate starts discover (a run rendered before issue 26 has a gate task).
+        states = dict(
+            session.query(TI.task_id, TI.state).filter(
+                TI.dag_id == dag_id,
+                TI.run_id == run.run_id,
+                TI.task_id.in_(("gate", "discover")),
+                TI.map_index == -1,
+            )
         )
+        gate = states.get("gate", states.get("discover"))
     return {
         "run_id": run.run_id,
         "state": str(run.state) if run.state else None,
