@@ -28,6 +28,8 @@ SHIP_PACKAGE = ("auto", "always", "never")
 #: provider's type ``spark_connect`` (host ``sc://127.0.0.1``, port 15002, password: the
 #: server's token, if it has one).
 DEFAULT_SPARK_CONNECT_CONN_ID = "connectors_spark_connect"
+#: ``[connectors] spark_connect_session``'s values (see :attr:`Settings.spark_connect_session`).
+SPARK_CONNECT_SESSIONS = ("shared", "per_task")
 
 
 class SettingsError(RuntimeError):
@@ -78,6 +80,11 @@ class Settings:
     #: embedded runs; tasks when the connection does not exist). It may carry a token
     #: (``sc://host:port/;token=...``): then it is a secret, never logged.
     spark_connect_url: str | None = None
+    #: ``shared`` (default): the ingest tasks attach to one server-side session of the
+    #: Spark Connect server (its Python workers stay warm from batch to batch: ~0.2 s
+    #: per small job instead of ~1.3 s for a new session's workers); ``per_task``: each
+    #: task opens and releases a session of its own.
+    spark_connect_session: str = "shared"
 
     def execution_of(self, connector_execution: str | None) -> str:
         """Where a connector's batches run: its own ``execution``, else :attr:`execution`."""
@@ -114,6 +121,7 @@ class Settings:
                 _option("spark_connect_conn_id") or DEFAULT_SPARK_CONNECT_CONN_ID
             ).strip(),
             spark_connect_url=(_option("spark_connect_url") or "").strip() or None,
+            spark_connect_session=(_option("spark_connect_session") or "shared").strip().lower(),
         )
         if s.ship_package not in SHIP_PACKAGE:
             raise SettingsError(
@@ -126,6 +134,12 @@ class Settings:
             raise SettingsError(
                 f"[connectors] execution (AIRFLOW__CONNECTORS__EXECUTION) is "
                 f"{s.execution!r}; expected one of {', '.join(EXECUTIONS)}"
+            )
+        if s.spark_connect_session not in SPARK_CONNECT_SESSIONS:
+            raise SettingsError(
+                f"[connectors] spark_connect_session (AIRFLOW__CONNECTORS__SPARK_CONNECT_SESSION)"
+                f" is {s.spark_connect_session!r}; expected one of "
+                f"{', '.join(SPARK_CONNECT_SESSIONS)}"
             )
         if s.spark_connect_url is not None and not s.spark_connect_url.startswith("sc://"):
             # Not quoted: the value may hold the server's token.

@@ -36,7 +36,19 @@ shipping the package to the executors as the ingest operator does. ``--conf K=V`
 ``--no-cds`` leaves out the driver's class-data-sharing archive. A benchmark reports; it
 does not judge (no asserts).
 
-Usage: ``.venv/bin/python bench/smallbatch.py [--rounds 5] [--cluster] [--conf K=V]...``
+``--execution spark_connect`` runs each batch as the ingest task does with
+``execution: spark_connect``: a new client process per round (the task's process) that
+connects to a warm Spark Connect server (started here on the same master:
+:class:`airflow_connectors.testing.spark_connect.SparkConnectServer`, on the standalone
+cluster with ``--cluster``), sends the package as its session's artifact and runs
+:func:`airflow_connectors.engine.batch.run_batch` on it. Each round prints the seconds
+from the task's start (the client's first line, before it imports the engine or pyspark)
+to the batch's commit, split into ``connect`` (client session and artifact) and
+``batch`` (the job on the server, the state-store commit and the publish), and the
+process's whole wall time (``total``, with the interpreter's start and exit).
+
+Usage: ``.venv/bin/python bench/smallbatch.py [--rounds 5] [--cluster] [--conf K=V]...
+[--execution spark_submit|spark_connect]``
 """
 
 from __future__ import annotations
@@ -261,9 +273,63 @@ def shipping(master: str, executor_python: str | None) -> tuple[str | None, dict
         return None, {"spark.pyspark.python": sys.executable}
 
 
-def summary(rounds: list[dict[str, float]]) -> str:
+CLIENT = """
+import sys, time
+t0 = time.time()
+batch_id, url, state_store_url = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+from airflow_connectors.engine.batch import run_batch
+from airflow_connectors.engine.connect import connect_session
+from airflow_connectors.settings import Settings
+from airflow_connectors.state.store import StateStore
+
+settings = Settings.load(state_store_url=state_store_url)
+store = StateStore(settings.state_store_url)
+t1 = time.time()
+session = connect_session(url, settings, data_sources=False)
+t2 = time.time()
+result = run_batch(store, batch_id, lambda: session)
+t3 = time.time()
+store.close()
+assert result.committed, result
+print("ROUND", t0, t1, t2, t3, result.records, flush=True)
+"""
+
+#: The breakdown of a round on Spark Connect.
+CONNECT_SEGMENTS = ("imports", "connect", "batch")
+
+
+def run_connect_once(
+    url: str, env: dict[str, str], batch_id: int, store_url: str
+) -> dict[str, float]:
+    """One ingest task on Spark Connect: a client process running the batch."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.time()
+    proc = subprocess.run(
+        [sys.executable, "-c", CLIENT, str(batch_id), url, store_url],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    end = time.time()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("ROUND ")), None)
+    if proc.returncode != 0 or line is None:
+        raise SystemExit(f"the client failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    t0, t1, t2, t3 = (float(x) for x in line.split()[1:5])
+    return {
+        "imports": t1 - t0,
+        "connect": t2 - t1,
+        "batch": t3 - t2,
+        "to_commit": t3 - t0,
+        "total": end - start,
+        "cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+    }
+
+
+def summary(rounds: list[dict[str, float]], segments: tuple[str, ...] = SEGMENTS) -> str:
     lines = []
-    for key in (*SEGMENTS, "session", "to_commit", "total", "cpu"):
+    extra = ("session",) if segments == SEGMENTS else ()
+    for key in (*segments, *extra, "to_commit", "total", "cpu"):
         values = [r[key] for r in rounds]
         lines.append(
             f"  {key:<10} min {min(values):6.2f}  median {statistics.median(values):6.2f}"
@@ -289,6 +355,12 @@ def main() -> int:
     )
     parser.add_argument("--work-dir", help="scratch folder (default: a temporary one)")
     parser.add_argument("--json", action="store_true", help="print the rounds as JSON too")
+    parser.add_argument(
+        "--execution",
+        choices=("spark_submit", "spark_connect"),
+        default="spark_submit",
+        help="spark-submit per batch (default), or a client of a warm Spark Connect server",
+    )
     args = parser.parse_args()
 
     from airflow_connectors.catalog import parse_pipeline
@@ -312,6 +384,7 @@ def main() -> int:
     os.environ["AIRFLOW__CONNECTORS__CDS_DIR"] = str(cds_dir)
 
     cluster = None
+    server = None
     try:
         if args.cluster:
             from airflow_connectors.testing.spark_standalone import SparkStandalone
@@ -331,6 +404,39 @@ def main() -> int:
         }
         print(f"master {master}; {args.warmup} warm-up + {args.rounds} rounds")
         rounds: list[dict[str, float]] = []
+        if args.execution == "spark_connect":
+            from airflow_connectors.testing.spark_connect import SparkConnectServer
+
+            t = time.monotonic()
+            server = SparkConnectServer(
+                work / "connect",
+                master,
+                conf=extra_conf,
+                executor_python=cluster.executor_python if cluster else None,
+            )
+            server.start()
+            print(
+                f"Spark Connect server {server.url} on {master} ready in {time.monotonic() - t:.1f} s"
+            )
+            for n in range(args.warmup + args.rounds):
+                drop_file(folder, n)
+                batch_id = plan_batch(store, ctx)
+                result = run_connect_once(server.url, env, batch_id, url)
+                tag = "warm-up" if n < args.warmup else f"round {n - args.warmup + 1}"
+                print(
+                    f"{tag:>8}: to commit {result['to_commit']:5.2f} s, exit {result['total']:5.2f} s, "
+                    f"cpu {result['cpu']:5.2f} s  ("
+                    + ", ".join(f"{k} {result[k]:.2f}" for k in CONNECT_SEGMENTS)
+                    + ")",
+                    flush=True,
+                )
+                if n >= args.warmup:
+                    rounds.append(result)
+            print(f"\nseconds from the task's start, {len(rounds)} rounds on Spark Connect:")
+            print(summary(rounds, CONNECT_SEGMENTS))
+            if args.json:
+                print(json.dumps(rounds))
+            return 0
         for n in range(args.warmup + args.rounds):
             drop_file(folder, n)
             batch_id = plan_batch(store, ctx)
@@ -357,6 +463,8 @@ def main() -> int:
             print(json.dumps(rounds))
     finally:
         store.close()
+        if server is not None:
+            server.stop()
         if cluster is not None:
             cluster.stop()
         if not args.work_dir:

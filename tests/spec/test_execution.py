@@ -17,6 +17,7 @@ OPTIONS = (
     "AIRFLOW__CONNECTORS__EXECUTION",
     "AIRFLOW__CONNECTORS__SPARK_CONNECT_CONN_ID",
     "AIRFLOW__CONNECTORS__SPARK_CONNECT_URL",
+    "AIRFLOW__CONNECTORS__SPARK_CONNECT_SESSION",
 )
 
 
@@ -122,4 +123,27 @@ def test_a_url_that_is_not_spark_connect_is_refused_without_quoting_it(
     assert message.startswith(
         "[connectors] spark_connect_url (AIRFLOW__CONNECTORS__SPARK_CONNECT_URL) does not "
         "start with sc://"
+    )
+
+
+def test_spark_connect_sessions_are_shared_unless_set_per_task(options: dict[str, str]) -> None:
+    from airflow_connectors.engine.connect import _with_session_id, shared_session_id
+
+    s = Settings.load()
+    assert s.spark_connect_session == "shared"
+    # One id per deployment (state store, warehouse) and package version: every process
+    # of a deployment attaches to the same server session; another deployment does not.
+    assert shared_session_id(s) == shared_session_id(Settings.load())
+    other = Settings.load(warehouse=str(os.path.join(os.environ["AIRFLOW_HOME"], "other")))
+    assert shared_session_id(other) != shared_session_id(s)
+    assert _with_session_id("sc://h:1", "S") == "sc://h:1/;session_id=S"
+    assert _with_session_id("sc://h:1/;token=T", "S") == "sc://h:1/;token=T;session_id=S"
+    os.environ["AIRFLOW__CONNECTORS__SPARK_CONNECT_SESSION"] = "Per_Task"
+    assert Settings.load().spark_connect_session == "per_task"
+    os.environ["AIRFLOW__CONNECTORS__SPARK_CONNECT_SESSION"] = "private"
+    with pytest.raises(SettingsError) as e:
+        Settings.load()
+    assert str(e.value) == (
+        "[connectors] spark_connect_session (AIRFLOW__CONNECTORS__SPARK_CONNECT_SESSION) is "
+        "'private'; expected one of shared, per_task"
     )

@@ -9,6 +9,7 @@ once per finishing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -376,6 +377,11 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         #: runs (what on_kill interrupts).
         self._on_spark_connect = False
         self._connect_session: Any = None
+        #: The tag of this task's Spark Connect jobs (a shared session runs other
+        #: tasks' jobs too).
+        self._connect_tag = f"airflow-connectors-{pipeline}-{endpoint}-batch-{batch_id}".replace(
+            ",", "_"
+        )
 
     def execute(self, context: Context) -> None:
         """spark-submits the ingest job for ``batch_id`` (the state store URL only in its
@@ -498,9 +504,11 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         def spark() -> Any:
             # Connected only when the batch needs Spark (a committed batch does not).
             if self._connect_session is None:
-                self._connect_session = connect_session(
-                    url, settings, data_sources=False, where=where
-                )
+                session = connect_session(url, settings, data_sources=False, where=where)
+                # The session may be shared with other tasks (spark_connect_session =
+                # shared): this task's jobs carry a tag of their own, what on_kill stops.
+                session.addTag(self._connect_tag)
+                self._connect_session = session
             return self._connect_session
 
         table, _, connector = self.endpoint.partition(".")
@@ -530,7 +538,11 @@ class ConnectorIngestOperator(SparkSubmitOperator):
                     time.monotonic() - t0,
                 )
         finally:
-            # The server-side session (and the package sent to it) ends with the batch.
+            # This process is done with the server: a session of its own ends with the
+            # batch (and the package sent to it); a shared one stays for the next tasks.
+            if self._connect_session is not None:
+                with contextlib.suppress(Exception):
+                    self._connect_session.removeTag(self._connect_tag)
             self._connect_session = None
             forget_session(url)
 
@@ -543,7 +555,7 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         session = self._connect_session
         if session is not None:
             try:
-                session.interruptAll()
+                session.interruptTag(self._connect_tag)
             except Exception:  # the server may be gone; nothing left to stop
                 self.log.debug("interrupting the Spark Connect session failed", exc_info=True)
 
