@@ -8,12 +8,11 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from airflow_connectors.testing.spark_connect import port_open
 from airflow_connectors.testing.standalone import alive
 
-pytestmark = pytest.mark.sources
+# In the main lane (no marker): it shares the session's spark_connect_server with the
+# other unmarked Spark Connect tests, and the side lane is the longer one.
 
 
 def run_squares(url: str, n: int) -> list[Any]:

@@ -23,7 +23,8 @@ from airflow_connectors.settings import Settings
 from airflow_connectors.state.store import StateStore
 from airflow_connectors.testing.sink_kit import StalledBodies, body_of
 
-pytestmark = pytest.mark.sources
+# In the main lane (no marker): it shares the session's spark_connect_server with the
+# other unmarked Spark Connect tests, and the side lane is the longer one.
 
 PASSWORD = f"pw-{uuid.uuid4().hex}"
 CONN_ID = "h1_batch_http"
