@@ -174,6 +174,11 @@ class SparkConnectServer:
         env.pop("SPARK_REMOTE", None)
         env.pop("SPARK_CONNECT_MODE_ENABLED", None)
         env.pop(TOKEN_ENV, None)
+        # A server is not a client of Airflow: the connections this process holds
+        # (AIRFLOW_CONN_<ID> an ingest task exported) are its clients' to send with their
+        # tasks, never the server's environment.
+        for key in [k for k in env if k.startswith("AIRFLOW_CONN_")]:
+            env.pop(key)
         if self.token:
             env[TOKEN_ENV] = self.token
         env.update(self.extra_env)
