@@ -31,6 +31,18 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.pop("AIRFLOW__CONNECTORS__WAREHOUSE", None)
 
 
+@pytest.fixture(autouse=True)
+def _classic_pyspark_after_each_test() -> Iterator[None]:
+    """pyspark marks a process that opened a Spark Connect session through
+    ``pyspark.sql.SparkSession.builder.remote()`` as a Spark Connect client for good
+    (``SPARK_CONNECT_MODE_ENABLED``): later classic sessions, and the spark-submits that
+    inherit the variable, refuse to start. No test leaves that mark to the next."""
+    before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
+    yield
+    if before is None:
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from airflow_connectors.engine.spark import spark_session

@@ -18,7 +18,10 @@ from airflow_connectors.testing.standalone import alive
 def run_squares(url: str, n: int) -> list[Any]:
     """Each id's square below ``n`` and the pid of the Python worker that computed it, in
     three partitions on the server of ``url`` (a client session of its own)."""
-    from pyspark.sql import SparkSession
+    # The Spark Connect client's own builder: pyspark.sql's builder.remote() marks the
+    # whole process as a Spark Connect client (SPARK_CONNECT_MODE_ENABLED), and the
+    # classic sessions of later tests (and their spark-submits) would refuse to start.
+    from pyspark.sql.connect.session import SparkSession
 
     def squares(batches: Iterator[Any]) -> Iterator[Any]:
         # Defined here so cloudpickle sends it by value: the server cannot import tests.
