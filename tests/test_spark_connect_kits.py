@@ -18,7 +18,7 @@ import pytest
 from airflow_connectors.testing.changes_kit import ChangesConnectCrashes
 from airflow_connectors.testing.sink_kit import SparkConnectCrashes
 
-pytestmark = pytest.mark.sources
+# In the main lane (no marker): the side lane (cluster, then sources) is the longer one.
 
 
 @pytest.fixture(scope="module")
