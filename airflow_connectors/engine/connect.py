@@ -33,12 +33,14 @@ Imports pyspark only inside :func:`connect_session`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import socket
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -173,9 +175,7 @@ def shared_session_id(settings: Settings) -> str:
     from its state store and warehouse (one-way: the id reveals neither) and this
     package's version (a new version gets a session of its own, with its own artifact
     and freshly started Python workers)."""
-    from airflow_connectors.engine.package import package_zip
-
-    version = package_zip().name if settings.ship_package != "never" else "installed"
+    version = _package_zip().name if settings.ship_package != "never" else "installed"
     key = hashlib.sha256(
         "\0".join((settings.state_store_url, settings.warehouse, version)).encode()
     ).hexdigest()
@@ -244,6 +244,15 @@ def _connect(url: str, where: str, session_id: str | None = None) -> SparkSessio
     return session
 
 
+@functools.cache
+def _package_zip() -> Path:
+    """This package's zip (:func:`.package.package_zip`), built or found once per
+    process: the shared session's id and the artifact both name it."""
+    from airflow_connectors.engine.package import package_zip
+
+    return package_zip()
+
+
 def _with_session_id(url: str, session_id: str | None) -> str:
     """``url`` with the parameter ``session_id`` (pyspark's client attaches to it)."""
     if session_id is None:
@@ -263,10 +272,8 @@ def _prepare(session: Any, settings: Settings, data_sources: bool) -> None:
     session id) keeps it."""
     t0 = time.monotonic()
     if settings.ship_package != "never":
-        from airflow_connectors.engine.package import package_zip
-
         try:
-            session.addArtifacts(str(package_zip()), pyfile=True)
+            session.addArtifacts(str(_package_zip()), pyfile=True)
         except Exception as exc:
             if "ALREADY_EXISTS" not in str(exc).upper():
                 raise
