@@ -193,11 +193,13 @@ def hops(api: StandaloneAirflow, t0: float, known_runs: set[str]) -> dict[str, f
         for key, label in (("queued_when", "queued"), ("start_date", "start"), ("end_date", "end")):
             if (t := ts(ti.get(key))) is not None:
                 out[f"{name}.{label}"] = t - t0
-        if ti["task_id"] == "ingest" and ti["map_index"] == 0:
-            for t, text in log_lines(api, run["dag_run_id"], "ingest", 0):
-                for mark, needles in LOG_MARKS.items():
-                    if mark not in out and any(n in text for n in needles):
-                        out[mark] = t - t0
+    # The batch's marks: in the discover task's log when it ran the single planned batch
+    # itself (spark_connect), else in the first ingest task's.
+    for task_id, index in (("discover", -1), ("ingest", 0)):
+        for t, text in log_lines(api, run["dag_run_id"], task_id, index):
+            for mark, needles in LOG_MARKS.items():
+                if mark not in out and any(n in text for n in needles):
+                    out[mark] = t - t0
     return out
 
 
@@ -211,6 +213,13 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=180, help="seconds per drop")
     parser.add_argument("--root", type=Path, default=None, help="work folder (default: a temp one)")
     parser.add_argument("--quiet-hops", action="store_true", help="no per-drop hop lines")
+    parser.add_argument(
+        "--scheduler-idle-sleep",
+        type=float,
+        default=None,
+        help="the scheduler's [scheduler] scheduler_idle_sleep_time (Airflow's default: 1 s; "
+        "it waits up to that long between a DAG run's steps when idle)",
+    )
     args = parser.parse_args()
 
     with contextlib.ExitStack() as stack:
@@ -227,6 +236,8 @@ def main() -> int:
             "AIRFLOW__CONNECTORS__WAREHOUSE": str(warehouse),
             "AIRFLOW__CONNECTORS__SPARK_MASTER": "local[2]",
         }
+        if args.scheduler_idle_sleep is not None:
+            env["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"] = str(args.scheduler_idle_sleep)
         bootstrap = ""
         producer = None
         if args.source == "kafka":

@@ -142,8 +142,54 @@ def test_an_ingest_task_runs_its_batch_on_the_spark_connect_server(
         "'connectors_spark_connect')"
     ) in text
     assert "Spark-Submit cmd" not in text  # no spark-submit ran
+    # One batch planned: the discover task ran it (no second task process between the
+    # file and its rows); the ingest task, after it, found it committed.
+    ran = "connector scx.rows.files: batch 1 ingested on Spark Connect in "
+    found = "connector scx.rows.files: batch 1 needed nothing on Spark Connect in "
+    assert text.count(ran) == 1 and text.count(found) == 1
+    assert text.index(ran) < text.index(found)
     assert TOKEN not in text
     assert TOKEN not in Path(token_server.log_path).read_text(errors="replace")
+
+
+def test_several_batches_run_in_their_own_ingest_tasks(
+    connect_env: dict[str, str],
+    token_server: Any,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    rows = [(n, f"name-{n}") for n in range(1, 21)]
+    folder = csv_folder(tmp_path, rows[:10])
+    (folder / "part-2.csv").write_text(
+        "id,name\n" + "".join(f"{i},{name}\n" for i, name in rows[10:])
+    )
+    os.environ["AIRFLOW__CONNECTORS__SPARK_CONNECT_URL"] = (
+        f"sc://127.0.0.1:{token_server.port}/;token={TOKEN}"
+    )
+    dags = write_pipeline(
+        "scmany",
+        {
+            "rows": {
+                "columns": COLUMNS,
+                "connectors": [
+                    files_connector("files", folder, execution="spark_connect", tasks_max=2)
+                ],
+            }
+        },
+    )
+    run = dags["scmany.rows.files"].test()
+    logs = capfd.readouterr()
+    text = logs.out + logs.err
+    states = task_states(run)
+    assert str(run.state) == "success", states
+    assert states[("ingest", 0)] == states[("ingest", 1)] == "success"
+    assert table_rows(connect_env["AIRFLOW__CONNECTORS__WAREHOUSE"], "scmany", "rows") == rows
+    # Two batches: each ran in its ingest task (in parallel on a real executor), none
+    # in the discover task.
+    for batch in (1, 2):
+        assert text.count(f"scmany.rows.files: batch {batch} ingested on Spark Connect in ") == 1
+    assert "needed nothing on Spark Connect" not in text
+    assert TOKEN not in text
 
 
 def test_an_unreachable_server_fails_the_ingest_task_in_one_line(

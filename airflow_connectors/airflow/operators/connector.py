@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import (
     AirflowException,
@@ -256,6 +255,8 @@ class ConnectorDiscoverOperator(_ConnectorOperator):
         self.spec_json = json.dumps(
             {"table": self.table, "connector": self.connector}, sort_keys=True
         )
+        #: The batch this task runs on Spark Connect while it runs (:meth:`_ingest_here`).
+        self._connect_batch: SparkConnectBatch | None = None
 
     @classmethod
     def get_serialized_fields(cls) -> frozenset[str]:
@@ -278,7 +279,43 @@ class ConnectorDiscoverOperator(_ConnectorOperator):
         with _told_in_one_line(self, self.ref):
             settings = Settings.load()
             ctx = self.batch_context(settings)
-            return self._discover(ctx, settings, context)
+            batch_ids = self._discover(ctx, settings, context)
+        if len(batch_ids) == 1 and (
+            settings.execution_of(self.connector.get("execution")) == "spark_connect"
+        ):
+            self._ingest_here(settings, batch_ids[0])
+        return batch_ids
+
+    def _ingest_here(self, settings: Settings, batch_id: int) -> None:
+        """On Spark Connect, runs a single planned batch in this task rather than in an
+        ingest task process of its own (which would start, parse the DAG file and connect
+        first: a second or two between a new file and its rows). The ingest task still
+        runs and finds the batch committed. A batch that does not commit here is left to
+        its ingest task, which runs it again and fails or succeeds in its own log."""
+        endpoint = f"{self.table['name']}.{self.connector['name']}"
+        try:
+            prepare_batch(self, settings, self.pipeline, endpoint, batch_id)
+            self._connect_batch = SparkConnectBatch(self, self.pipeline, endpoint, batch_id)
+            self._connect_batch.run(settings)
+        except AirflowSkipException:  # released by a stop in the meantime
+            return
+        except Exception as e:
+            self.log.warning(
+                "connector %s.%s: batch %d did not commit in the discover task (%s); its "
+                "ingest task runs it",
+                self.pipeline,
+                endpoint,
+                batch_id,
+                str(e).splitlines()[0] if str(e) else type(e).__name__,
+            )
+        finally:
+            self._connect_batch = None
+
+    def on_kill(self) -> None:
+        """A killed discover task stops the batch it runs on Spark Connect, if any (its
+        ingest task re-runs it)."""
+        if self._connect_batch is not None:
+            self._connect_batch.interrupt()
 
     def _discover(self, ctx: BatchContext, settings: Settings, context: Context) -> list[int]:
         from airflow_connectors.engine.discovery import LeaseBusy, discover
@@ -324,124 +361,64 @@ class ConnectorDiscoverOperator(_ConnectorOperator):
         return found.batch_ids
 
 
-class ConnectorIngestOperator(SparkSubmitOperator):
-    """spark-submit of one planned batch (the package's ingest job). Idempotent: a
-    committed batch is a no-op, a crashed one re-runs its plan.
+def prepare_batch(
+    task: BaseOperator, settings: Settings, pipeline: str, endpoint: str, batch_id: int
+) -> Any:
+    """What a task does before it runs batch ``batch_id`` (spark-submitted or on Spark
+    Connect): masks the secrets its output could quote, exports the state store URL and
+    the connections the plan names to this process's environment, and returns the plan.
+    Skips when a stop released the batch; a missing connection fails in one line."""
+    # The job finds the batch plan in the state store. Its URL may carry a password,
+    # so it reaches spark-submit only through this task process's environment, which
+    # the child inherits: never an argument, a --conf, a template field or XCom.
+    mask_secret(settings.state_store_url)
+    for secret in secret_values(settings.state_store_url):
+        mask_secret(secret)
+    os.environ["AIRFLOW__CONNECTORS__STATE_STORE_URL"] = settings.state_store_url
+    # A warehouse on s3:// is written with the AWS_* variables of this process, which
+    # spark-submit inherits (never --conf or arguments); the job hands them to its
+    # executors with each Spark job. Their secrets stay out of this task's log.
+    for secret in aws_secret_values():
+        mask_secret(secret)
+    with _state_store(settings) as store:
+        try:
+            plan = store.load_batch(batch_id).plan
+        except KeyError:
+            raise AirflowSkipException(
+                f"connector {pipeline}.{endpoint}: batch {batch_id} was "
+                "released (the connector was stopped after it was planned); nothing to ingest"
+            ) from None
+    # spark-submit's output (errors of the job) may quote the source's config.
+    for secret in plan_secrets(plan.to_json()):
+        mask_secret(secret)
+    # Connections the transport and the sink name reach the job as AIRFLOW_CONN_<ID>
+    # variables of this process's environment, which spark-submit inherits (never its
+    # arguments): the sink's part writers run in Spark executors too.
+    try:
+        for config in (plan.connector.transport.config, plan.table.sink.config):
+            export_connections(config, f"{pipeline}.{endpoint}")
+    except LookupError as e:
+        raise AirflowFailException(str(e)) from None
+    return plan
 
-    ``conn_id`` defaults to ``connectors_spark``; while no such connection exists the job
-    runs on ``[connectors] spark_master`` (``local[*]``), never on ``yarn``.
 
-    A connector with ``execution: spark_connect`` (its own, else ``[connectors]
-    execution``) is not spark-submitted: the task runs the batch itself as a client of
-    the Spark Connect server of the ``spark_connect`` connection ``[connectors]
-    spark_connect_conn_id`` (else ``[connectors] spark_connect_url``).
-    """
+class SparkConnectBatch:
+    """One planned batch run in this task process as a client of the Spark Connect
+    server (the ingest task's, or the discover task's for a single planned batch): the
+    Spark job runs on the server's executors, the commit here. Its jobs carry a tag of
+    their own (a shared session runs other tasks' jobs too), what :meth:`interrupt`
+    stops."""
 
-    ui_color = "#fce8e6"
-
-    def __init__(
-        self,
-        *,
-        batch_id: int,
-        pipeline: str,
-        endpoint: str,
-        conn_id: str = DEFAULT_CONN_ID,
-        conf: dict[str, Any] | None = None,
-        env_vars: dict[str, Any] | None = None,
-        spark_binary: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            application=INGEST_APPLICATION,
-            application_args=["--batch-id", str(batch_id)],
-            conn_id=conn_id,
-            name=f"{pipeline}.{endpoint}.batch-{batch_id}",
-            conf={
-                "spark.ui.enabled": "false",
-                "spark.log.level": "WARN",
-                **(conf or {}),
-            },
-            # Driver and Python workers must import airflow_connectors: this interpreter.
-            env_vars={
-                "PYSPARK_PYTHON": sys.executable,
-                "PYSPARK_DRIVER_PYTHON": sys.executable,
-                **(env_vars or {}),
-            },
-            spark_binary=spark_binary or spark_submit_binary(),
-            **kwargs,
-        )
-        self.batch_id = batch_id
+    def __init__(self, task: BaseOperator, pipeline: str, endpoint: str, batch_id: int) -> None:
+        self.task = task
         self.pipeline = pipeline
         self.endpoint = endpoint
-        #: Whether this run goes through Spark Connect, and its session while the batch
-        #: runs (what on_kill interrupts).
-        self._on_spark_connect = False
-        self._connect_session: Any = None
-        #: The tag of this task's Spark Connect jobs (a shared session runs other
-        #: tasks' jobs too).
-        self._connect_tag = f"airflow-connectors-{pipeline}-{endpoint}-batch-{batch_id}".replace(
-            ",", "_"
-        )
+        self.batch_id = batch_id
+        #: The session while the batch runs.
+        self.session: Any = None
+        self.tag = f"airflow-connectors-{pipeline}-{endpoint}-batch-{batch_id}".replace(",", "_")
 
-    def execute(self, context: Context) -> None:
-        """spark-submits the ingest job for ``batch_id`` (the state store URL only in its
-        environment); skips when a stop released the batch."""
-        try:
-            settings = Settings.load()
-        except SettingsError as e:
-            raise AirflowFailException(str(e)) from None
-        # The job finds the batch plan in the state store. Its URL may carry a password,
-        # so it reaches spark-submit only through this task process's environment, which
-        # the child inherits: never an argument, a --conf, a template field or XCom.
-        mask_secret(settings.state_store_url)
-        for secret in secret_values(settings.state_store_url):
-            mask_secret(secret)
-        os.environ["AIRFLOW__CONNECTORS__STATE_STORE_URL"] = settings.state_store_url
-        # A warehouse on s3:// is written with the AWS_* variables of this process, which
-        # spark-submit inherits (never --conf or arguments); the job hands them to its
-        # executors with each Spark job. Their secrets stay out of this task's log.
-        for secret in aws_secret_values():
-            mask_secret(secret)
-        with _state_store(settings) as store:
-            try:
-                plan = store.load_batch(self.batch_id).plan
-            except KeyError:
-                raise AirflowSkipException(
-                    f"connector {self.pipeline}.{self.endpoint}: batch {self.batch_id} was "
-                    "released (the connector was stopped after it was planned); nothing to ingest"
-                ) from None
-        # spark-submit's output (errors of the job) may quote the source's config.
-        for secret in plan_secrets(plan.to_json()):
-            mask_secret(secret)
-        # Connections the transport and the sink name reach the job as AIRFLOW_CONN_<ID>
-        # variables of this process's environment, which spark-submit inherits (never its
-        # arguments): the sink's part writers run in Spark executors too.
-        try:
-            for config in (plan.connector.transport.config, plan.table.sink.config):
-                export_connections(config, f"{self.pipeline}.{self.endpoint}")
-        except LookupError as e:
-            raise AirflowFailException(str(e)) from None
-        self.log.info(
-            "connector %s.%s: ingesting batch %d", self.pipeline, self.endpoint, self.batch_id
-        )
-        if settings.execution_of(plan.connector.execution) == "spark_connect":
-            self._on_spark_connect = True
-            self._run_on_spark_connect(settings)
-        else:
-            super().execute(context)
-        with _state_store(settings) as store:
-            batch = store.load_batch(self.batch_id)
-            remember_ingest(self, store, batch)
-        self.log.info(
-            "connector %s.%s: batch %d %s: %s records",
-            self.pipeline,
-            self.endpoint,
-            self.batch_id,
-            batch.status,
-            batch.records,
-        )
-
-    def _spark_connect_url(self, settings: Settings) -> tuple[str, str]:
+    def url(self, settings: Settings) -> tuple[str, str]:
         """The server's URL (a secret when it carries a token) and what gave it: the
         ``spark_connect`` connection ``[connectors] spark_connect_conn_id``, else
         ``[connectors] spark_connect_url``; neither fails the task in one line."""
@@ -466,10 +443,11 @@ class ConnectorIngestOperator(SparkSubmitOperator):
             "(AIRFLOW__CONNECTORS__SPARK_CONNECT_URL) to sc://HOST:15002"
         )
 
-    def _run_on_spark_connect(self, settings: Settings) -> None:
+    def run(self, settings: Settings) -> bool:
         """Runs the batch in this process as a client of the Spark Connect server (the
-        batch's Spark job runs on the server's executors, the commit here); a failed
-        batch fails the task with its one line, as the spark-submit job's output does."""
+        batch's Spark job runs on the server's executors, the commit here) and returns
+        whether this run committed it (False: it was committed already); a failed batch
+        raises with its one line, as the spark-submit job's output does."""
         from airflow_connectors.engine.batch import BatchFailed, run_batch
         from airflow_connectors.engine.connect import (
             SparkConnectRefused,
@@ -483,7 +461,7 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         from airflow_connectors.sinks.base import SinkUnwritable
 
         name = f"{self.pipeline}.{self.endpoint}"
-        url, where = self._spark_connect_url(settings)
+        url, where = self.url(settings)
         try:
             token = url_token(url)
             address = server_address(url)
@@ -493,7 +471,7 @@ class ConnectorIngestOperator(SparkSubmitOperator):
         if token:  # before any line that could quote it
             mask_secret(url)
             mask_secret(token)
-        self.log.info(
+        self.task.log.info(
             "connector %s: batch %d runs on Spark Connect server %s (%s)",
             name,
             self.batch_id,
@@ -503,13 +481,13 @@ class ConnectorIngestOperator(SparkSubmitOperator):
 
         def spark() -> Any:
             # Connected only when the batch needs Spark (a committed batch does not).
-            if self._connect_session is None:
+            if self.session is None:
                 session = connect_session(url, settings, data_sources=False, where=where)
                 # The session may be shared with other tasks (spark_connect_session =
                 # shared): this task's jobs carry a tag of their own, what on_kill stops.
-                session.addTag(self._connect_tag)
-                self._connect_session = session
-            return self._connect_session
+                session.addTag(self.tag)
+                self.session = session
+            return self.session
 
         table, _, connector = self.endpoint.partition(".")
         ref = ConnectorRef(self.pipeline, table, connector)
@@ -521,43 +499,144 @@ class ConnectorIngestOperator(SparkSubmitOperator):
                 except (SparkConnectUnreachable, SparkConnectRefused) as e:
                     message = f"connector {name}: {e}"
                     store.record_failure(ref, message, batch_id=self.batch_id)
-                    self.log.error("%s", message)
+                    self.task.log.error("%s", message)
                     if isinstance(e, SparkConnectRefused):  # retrying cannot help
                         raise AirflowFailException(message) from None
                     raise AirflowException(message) from None
                 except (BatchFailed, SinkUnwritable) as e:
                     # The batch stored its failure as the connector's error; its Spark
                     # tasks' traces went to DEBUG, masked.
-                    self.log.error("ingest failed: %s", e)
+                    self.task.log.error("ingest failed: %s", e)
                     raise AirflowException(f"ingest failed: {e}") from None
-                self.log.info(
+                self.task.log.info(
                     "connector %s: batch %d %s on Spark Connect in %.2f s",
                     name,
                     self.batch_id,
                     "ingested" if result.committed else "needed nothing",
                     time.monotonic() - t0,
                 )
+                return bool(result.committed)
         finally:
             # This process is done with the server: a session of its own ends with the
             # batch (and the package sent to it); a shared one stays for the next tasks.
-            if self._connect_session is not None:
+            if self.session is not None:
                 with contextlib.suppress(Exception):
-                    self._connect_session.removeTag(self._connect_tag)
-            self._connect_session = None
+                    self.session.removeTag(self.tag)
+            self.session = None
             forget_session(url)
+
+    def interrupt(self) -> None:
+        """Stops the batch's operations on the server (a killed task)."""
+        session = self.session
+        if session is not None:
+            try:
+                session.interruptTag(self.tag)
+            except Exception:  # the server may be gone; nothing left to stop
+                self.task.log.debug("interrupting the Spark Connect session failed", exc_info=True)
+
+
+class ConnectorIngestOperator(BaseOperator):
+    """spark-submit of one planned batch (the package's ingest job, in client mode, through
+    the Spark provider's ``SparkSubmitHook``). Idempotent: a committed batch is a no-op, a
+    crashed one re-runs its plan.
+
+    Not a ``SparkSubmitOperator`` subclass: importing that module imports the OpenLineage
+    listener and Airflow's ORM (about 0.5 s), which every task process of the DAG file
+    (and the dag-processor, on each parse) would pay; the hook is imported when a batch
+    is submitted.
+
+    ``conn_id`` defaults to ``connectors_spark``; while no such connection exists the job
+    runs on ``[connectors] spark_master`` (``local[*]``), never on ``yarn``.
+
+    A connector with ``execution: spark_connect`` (its own, else ``[connectors]
+    execution``) is not spark-submitted: the task runs the batch itself as a client of
+    the Spark Connect server of the ``spark_connect`` connection ``[connectors]
+    spark_connect_conn_id`` (else ``[connectors] spark_connect_url``).
+    """
+
+    ui_color = "#fce8e6"
+    template_fields: Sequence[str] = ("conf", "env_vars", "name", "application_args")
+
+    def __init__(
+        self,
+        *,
+        batch_id: int,
+        pipeline: str,
+        endpoint: str,
+        conn_id: str = DEFAULT_CONN_ID,
+        conf: dict[str, Any] | None = None,
+        env_vars: dict[str, Any] | None = None,
+        spark_binary: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.application = INGEST_APPLICATION
+        self.application_args = ["--batch-id", str(batch_id)]
+        self._conn_id = conn_id
+        self.name = f"{pipeline}.{endpoint}.batch-{batch_id}"
+        self.conf: dict[str, Any] = {
+            "spark.ui.enabled": "false",
+            "spark.log.level": "WARN",
+            **(conf or {}),
+        }
+        # Driver and Python workers must import airflow_connectors: this interpreter.
+        self.env_vars: dict[str, Any] = {
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            **(env_vars or {}),
+        }
+        self.py_files: str | None = None
+        self._spark_binary = spark_binary or spark_submit_binary()
+        #: The spark-submit hook while a batch is submitted (what on_kill stops).
+        self._hook: Any = None
+        self.batch_id = batch_id
+        self.pipeline = pipeline
+        self.endpoint = endpoint
+        #: Whether this run goes through Spark Connect, and the batch run there (what
+        #: on_kill interrupts).
+        self._on_spark_connect = False
+        self._connect_batch: SparkConnectBatch | None = None
+
+    def execute(self, context: Context) -> None:
+        """spark-submits the ingest job for ``batch_id`` (the state store URL only in its
+        environment); skips when a stop released the batch."""
+        try:
+            settings = Settings.load()
+        except SettingsError as e:
+            raise AirflowFailException(str(e)) from None
+        plan = prepare_batch(self, settings, self.pipeline, self.endpoint, self.batch_id)
+        self.log.info(
+            "connector %s.%s: ingesting batch %d", self.pipeline, self.endpoint, self.batch_id
+        )
+        if settings.execution_of(plan.connector.execution) == "spark_connect":
+            self._on_spark_connect = True
+            self._connect_batch = SparkConnectBatch(
+                self, self.pipeline, self.endpoint, self.batch_id
+            )
+            self._connect_batch.run(settings)
+        else:
+            self._spark_submit(context)
+        with _state_store(settings) as store:
+            batch = store.load_batch(self.batch_id)
+            remember_ingest(self, store, batch)
+        self.log.info(
+            "connector %s.%s: batch %d %s: %s records",
+            self.pipeline,
+            self.endpoint,
+            self.batch_id,
+            batch.status,
+            batch.records,
+        )
 
     def on_kill(self) -> None:
         """A killed task stops its batch's Spark job: the spark-submit process, or on
         Spark Connect the session's operations on the server."""
         if not self._on_spark_connect:
-            super().on_kill()
+            if self._hook is not None:
+                self._hook.on_kill()
             return
-        session = self._connect_session
-        if session is not None:
-            try:
-                session.interruptTag(self._connect_tag)
-            except Exception:  # the server may be gone; nothing left to stop
-                self.log.debug("interrupting the Spark Connect session failed", exc_info=True)
+        if self._connect_batch is not None:
+            self._connect_batch.interrupt()
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage: the source the batch read, the table it wrote with its schema and
@@ -602,7 +681,35 @@ class ConnectorIngestOperator(SparkSubmitOperator):
                 **(self.conf or {}),
             }
             self.env_vars = {**(self.env_vars or {}), "SPARK_LOCAL_IP": "127.0.0.1"}
-        return super()._get_hook()
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        return SparkSubmitHook(
+            conf=self.conf,
+            conn_id=conn_id,
+            py_files=self.py_files,
+            name=self.name,
+            application_args=self.application_args,
+            env_vars=self.env_vars,
+            spark_binary=self._spark_binary,
+        )
+
+    def _spark_submit(self, context: Context) -> None:
+        """spark-submits the batch's job and waits for it (the hook raises when it fails).
+        OpenLineage's parent job and transport reach the job's Spark properties when
+        ``[openlineage] spark_inject_parent_job_info`` / ``spark_inject_transport_info``
+        say so, as the provider's operator does."""
+        from airflow.providers.common.compat.sdk import conf as airflow_conf
+
+        for option, inject in (
+            ("spark_inject_parent_job_info", "inject_parent_job_information_into_spark_properties"),
+            ("spark_inject_transport_info", "inject_transport_information_into_spark_properties"),
+        ):
+            if airflow_conf.getboolean("openlineage", option, fallback=False):
+                from airflow.providers.common.compat.openlineage.utils import spark as ol_spark
+
+                self.conf = getattr(ol_spark, inject)(dict(self.conf or {}), context)
+        self._hook = self._get_hook()
+        self._hook.submit(self.application)
 
 
 class ConnectorFinalizeOperator(_ConnectorOperator):
