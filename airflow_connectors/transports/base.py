@@ -342,6 +342,14 @@ class Transport(ABC):
         an integrated transport's. By default False: ``read`` yields bytes for ``fmt``."""
         return False
 
+    def watch_paths(self) -> list[str]:
+        """Local folders whose changes may mean new data: a ``new_data`` trigger (and
+        the sensor's) watches them (inotify and its peers) and probes at once when
+        something changes in them, rather than at its next poll; it still polls every
+        ``poll_interval`` (a network filesystem may deliver no change events). Default:
+        none, and the trigger polls only."""
+        return []
+
     def lineage_datasets(self) -> list[LineageDataset]:
         """The datasets this configuration reads, named as OpenLineage names them (the
         helpers of :mod:`airflow_connectors.spec.datasets`); may resolve connections,

@@ -135,6 +135,17 @@ class FileInputTransport(ListingSource):
         """The folder before the first glob character, the folder, or the file."""
         return _scope(str(self.config.path))
 
+    def watch_paths(self) -> list[str]:
+        """The folder every listed path is under (of a file, its folder; of a folder or a
+        glob not there yet, its deepest existing parent): a new or renamed file there
+        wakes the ``new_data`` trigger at once."""
+        scope = self.scope()
+        folder = scope if scope.endswith("/") else os.path.dirname(scope)
+        folder = folder.rstrip("/") or "/"
+        while not os.path.isdir(folder) and folder != os.path.dirname(folder):
+            folder = os.path.dirname(folder)
+        return [folder] if os.path.isdir(folder) else []
+
     def empty_message(self) -> str:
         """A path that matches nothing."""
         return (

@@ -236,3 +236,81 @@ def test_event_trigger_polls_the_source_off_the_event_loop(
     assert event.payload["endpoint"] == "events.files"
     assert len(threads) >= 2  # polled before and after the file arrived
     assert loop_thread[0] not in threads
+
+
+def test_a_new_file_wakes_the_trigger_before_its_next_poll(
+    tmp_path: Path, connectors_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local folder is watched (inotify): a file renamed into it is probed at once, not
+    at the next poll (two minutes away here); what each probe found is recorded, so the
+    event is shown to come from a second probe woken by the rename."""
+    import threading
+
+    from airflow_connectors.airflow.triggers import new_data
+
+    src = tmp_path / "src"
+    src.mkdir()
+    spec = watch_spec(src)
+    table, connector = spec.find("events.files")
+    trigger = ConnectorNewDataTrigger(
+        pipeline=spec.name,
+        table=table.model_dump(mode="json", exclude={"connectors"}),
+        connector=connector.model_dump(mode="json"),
+        poll_interval=120,
+    )
+    real_probe = new_data.probe
+    answers: list[str | None] = []
+
+    def recording_probe(*args: Any, **kwargs: Any) -> Any:
+        answers.append(real_probe(*args, **kwargs))
+        return answers[-1]
+
+    monkeypatch.setattr(new_data, "probe", recording_probe)
+    staged = tmp_path / "a.json"
+    staged.write_text('{"id": 1}\n')
+    threading.Timer(1.0, lambda: staged.rename(src / "a.json")).start()
+    event = first_event(trigger, within=30.0)
+    assert event is not None and event.payload["endpoint"] == "events.files"
+    assert answers[0] is None and answers[-1] == event.payload["data"]
+    assert len(answers) == 2  # the first poll, then the one the rename woke
+
+
+def test_the_folders_a_file_input_trigger_watches(tmp_path: Path) -> None:
+    from airflow_connectors.airflow.triggers.new_data import watch_paths
+
+    (tmp_path / "in" / "2026").mkdir(parents=True)
+    (tmp_path / "in" / "one.csv").write_text("id\n1\n")
+
+    def watched(path: str, transport: str = "file_input") -> list[str]:
+        config = (
+            {"path": path} if transport == "file_input" else {"bucket_name": "bucket", "prefix": ""}
+        )
+        spec = parse_pipeline(
+            {
+                "pipeline": "watched",
+                "tables": {
+                    "events": {
+                        "columns": {"id": "BIGINT NOT NULL"},
+                        "connectors": [
+                            {
+                                "name": "files",
+                                "transport": {"name": transport, "config": config},
+                                "format": {"name": "csv", "config": {}},
+                            }
+                        ],
+                    }
+                },
+            }
+        )
+        table, connector = spec.find("events.files")
+        return watch_paths(
+            table.model_dump(mode="json", exclude={"connectors"}),
+            connector.model_dump(mode="json"),
+        )
+
+    folder = str(tmp_path / "in")
+    assert watched(folder) == [folder]  # a folder: itself
+    assert watched(f"{folder}/one.csv") == [folder]  # a file: its folder
+    assert watched(f"{folder}/*/part-*.csv") == [folder]  # a glob: its fixed folder
+    assert watched(f"{folder}/later/x") == [folder]  # not there yet: its existing parent
+    assert watched("", "s3_input") == []  # not local: polled only

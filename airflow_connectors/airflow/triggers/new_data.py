@@ -18,7 +18,9 @@ bundle, which is why they live here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,6 +32,8 @@ from airflow_connectors.state.store import ConnectorRef, StateStore
 #: The watched asset's state-store key holding what the trigger last fired for:
 #: ``{"fingerprint": <digest>, "fired_at": <ISO time>}``.
 FINGERPRINT_KEY = "connector_new_data"
+
+log = logging.getLogger(__name__)
 
 
 def probe(
@@ -59,6 +63,73 @@ def probe(
         return fingerprint
     finally:
         store.close()
+
+
+def watch_paths(table: dict[str, Any], connector: dict[str, Any]) -> list[str]:
+    """The local folders whose changes may mean new data for the connector (its
+    transport's :meth:`~airflow_connectors.transports.base.Transport.watch_paths`);
+    none when its config cannot be built here (the probe says why)."""
+    from airflow_connectors.catalog import transport_of
+    from airflow_connectors.spec.models import ConnectorSpec, TableSpec
+
+    try:
+        transport = transport_of(
+            ConnectorSpec.model_validate(connector), TableSpec.model_validate(table)
+        )
+        return list(transport.watch_paths())
+    except Exception:  # a bad config fails the probe, in its own words
+        log.debug("no folders to watch", exc_info=True)
+        return []
+
+
+class _FolderWatch:
+    """Wakes a polling trigger when something changes in local folders (``watchfiles``:
+    inotify on Linux), so a new file is probed at once instead of at the next poll. When
+    the folders cannot be watched (the inotify watch limit, a folder gone), it says so
+    once and the trigger goes on polling."""
+
+    def __init__(self, ref: ConnectorRef, paths: list[str]) -> None:
+        self.ref = ref
+        self.paths = paths
+        self.changed = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = (
+            asyncio.create_task(self._watch()) if paths else None
+        )
+
+    async def _watch(self) -> None:
+        from watchfiles import awatch
+
+        try:
+            # Every change counts (no filter: a file renamed from a hidden name is new
+            # data); 20 ms to gather the changes of one write or rename.
+            async for _ in awatch(
+                *self.paths, watch_filter=None, debounce=20, step=20, stop_event=self._stop
+            ):
+                self.changed.set()
+        except Exception as e:
+            log.warning(
+                "connector %s: cannot watch %s for new files (%s); polling only",
+                self.ref,
+                ", ".join(self.paths),
+                str(e).splitlines()[0] if str(e) else type(e).__name__,
+            )
+
+    async def wait(self, timeout: float) -> None:
+        """Until something changed in the folders (since the last wait) or ``timeout``
+        seconds passed."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.changed.wait(), timeout)
+        self.changed.clear()
+
+    async def close(self) -> None:
+        """Stops watching."""
+        self._stop.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, 5)
+            except (TimeoutError, asyncio.CancelledError):
+                self._task.cancel()
 
 
 class _Poll:
@@ -92,18 +163,25 @@ class _Poll:
         return ConnectorRef(self.pipeline, self.table["name"], self.connector["name"])
 
     async def _poll(self, *, record: bool) -> AsyncIterator[TriggerEvent]:
-        while True:
-            fingerprint = await self._probe(record=record)
-            if fingerprint is not None:
-                yield TriggerEvent(  # type: ignore[no-untyped-call]  # Airflow's is untyped
-                    {
-                        "connector": str(self.ref),
-                        "endpoint": self.ref.endpoint_name,
-                        "data": fingerprint,
-                    }
-                )
-                return
-            await asyncio.sleep(self.poll_interval)
+        # Watching starts before the first probe: a file that lands in between wakes
+        # the next one.
+        paths = await asyncio.to_thread(watch_paths, self.table, self.connector)
+        watch = _FolderWatch(self.ref, paths)
+        try:
+            while True:
+                fingerprint = await self._probe(record=record)
+                if fingerprint is not None:
+                    yield TriggerEvent(  # type: ignore[no-untyped-call]  # Airflow's is untyped
+                        {
+                            "connector": str(self.ref),
+                            "endpoint": self.ref.endpoint_name,
+                            "data": fingerprint,
+                        }
+                    )
+                    return
+                await watch.wait(self.poll_interval)
+        finally:
+            await watch.close()
 
     async def _probe(self, *, record: bool) -> str | None:
         """What discovery would find now (see :func:`probe`); ``record``: claimed in our
