@@ -26,6 +26,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
+from airflow_connectors.airflow.triggers.watch import watch
 from airflow_connectors.settings import Settings
 from airflow_connectors.state.store import ConnectorRef, StateStore
 
@@ -82,56 +83,6 @@ def watch_paths(table: dict[str, Any], connector: dict[str, Any]) -> list[str]:
         return []
 
 
-class _FolderWatch:
-    """Wakes a polling trigger when something changes in local folders (``watchfiles``:
-    inotify on Linux), so a new file is probed at once instead of at the next poll. When
-    the folders cannot be watched (the inotify watch limit, a folder gone), it says so
-    once and the trigger goes on polling."""
-
-    def __init__(self, ref: ConnectorRef, paths: list[str]) -> None:
-        self.ref = ref
-        self.paths = paths
-        self.changed = asyncio.Event()
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = (
-            asyncio.create_task(self._watch()) if paths else None
-        )
-
-    async def _watch(self) -> None:
-        from watchfiles import awatch
-
-        try:
-            # Every change counts (no filter: a file renamed from a hidden name is new
-            # data); 20 ms to gather the changes of one write or rename.
-            async for _ in awatch(
-                *self.paths, watch_filter=None, debounce=20, step=20, stop_event=self._stop
-            ):
-                self.changed.set()
-        except Exception as e:
-            log.warning(
-                "connector %s: cannot watch %s for new files (%s); polling only",
-                self.ref,
-                ", ".join(self.paths),
-                str(e).splitlines()[0] if str(e) else type(e).__name__,
-            )
-
-    async def wait(self, timeout: float) -> None:
-        """Until something changed in the folders (since the last wait) or ``timeout``
-        seconds passed."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.changed.wait(), timeout)
-        self.changed.clear()
-
-    async def close(self) -> None:
-        """Stops watching."""
-        self._stop.set()
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(self._task, 5)
-            except (TimeoutError, asyncio.CancelledError):
-                self._task.cancel()
-
-
 class _Poll:
     """Polls the connector's discovery every ``poll_interval`` seconds (in a thread)."""
 
@@ -166,8 +117,18 @@ class _Poll:
         # Watching starts before the first probe: a file that lands in between wakes
         # the next one.
         paths = await asyncio.to_thread(watch_paths, self.table, self.connector)
-        watch = _FolderWatch(self.ref, paths)
-        try:
+        changed = asyncio.Event()
+        with contextlib.ExitStack() as stack:
+            if paths:
+                try:
+                    stack.enter_context(watch(paths, changed))
+                except OSError as e:
+                    log.warning(
+                        "connector %s: cannot watch %s for new files (%s); polling only",
+                        self.ref,
+                        ", ".join(paths),
+                        e,
+                    )
             while True:
                 fingerprint = await self._probe(record=record)
                 if fingerprint is not None:
@@ -179,9 +140,11 @@ class _Poll:
                         }
                     )
                     return
-                await watch.wait(self.poll_interval)
-        finally:
-            await watch.close()
+                # Until the next poll, or something changed in a watched folder since
+                # the last probe.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), self.poll_interval)
+                changed.clear()
 
     async def _probe(self, *, record: bool) -> str | None:
         """What discovery would find now (see :func:`probe`); ``record``: claimed in our
