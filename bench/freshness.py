@@ -10,9 +10,10 @@ takes each hop from Airflow's records (REST API) and the ingest task's log:
 - ``trigger_event``: the watched asset's event (the trigger's poll and probe);
 - ``run_queued`` / ``run_start`` / ``run_end``: the DAG run;
 - ``<task>.queued`` / ``.start`` / ``.end``: each task instance;
-- ``spark_ready`` / ``batch_start`` / ``commit``: the ingest task's Spark session ready
-  (or Spark Connect client connected), its batch started and committed (the timestamps
-  of its log lines);
+- ``spark_ready`` / ``batch_start`` / ``commit``: the Spark session ready (or Spark
+  Connect client connected), the batch started and committed (the timestamps of the log
+  lines of the discover task, which runs a single planned batch itself on Spark Connect,
+  else of the first ingest task);
 - ``finished.end``: the connector's asset event, when emitted.
 
 Each is in seconds after the rename.
@@ -26,6 +27,7 @@ connector; one message produced at a time (a KRaft broker of
 .venv/bin/python bench/freshness.py --drops 5
 .venv/bin/python bench/freshness.py --execution spark_connect --drops 10
 .venv/bin/python bench/freshness.py --source kafka --execution spark_connect --drops 20
+.venv/bin/python bench/freshness.py --execution spark_connect --scheduler-idle-sleep 0.2
 ```
 
 Timings are wall-clock on a shared machine: run it on an idle one. Exit status 0 unless

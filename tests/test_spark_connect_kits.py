@@ -4,12 +4,14 @@
 either it or the server is SIGKILLed mid-batch; the next run re-runs the batch and the
 table is exact. Lean on purpose (a few representative kills, one server of this module's
 own that the kills may take down): the full matrix runs under spark-submit in the sinks'
-own modules. Parquet (parts moved in one by one), Delta (one commit per batch) and a
-keyed Delta table."""
+own modules. Parquet (parts moved in one by one), Delta (one commit per batch), Iceberg
+(one snapshot per batch, the catalog in the state store's database), PostgreSQL (one
+transaction per batch) and a keyed Delta table."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,52 @@ class TestDeltaOnSparkConnect(SparkConnectCrashes):
     # The point kills of the Parquet class cover the engine's points; here the client
     # dies after the state store's commit, before the Delta commit.
     connect_fail_points = ("after_commit",)
+
+
+class TestIcebergOnSparkConnect(SparkConnectCrashes):
+    """The Iceberg sink's batches on Spark Connect: the client dies after the state
+    store's commit, before the Iceberg commit; the killed client mid-task and the killed
+    server as for the others."""
+
+    sink_name = "iceberg"
+    connect_fail_points = ("after_commit",)
+
+
+#: The suite's PostgreSQL server (scripts/services.sh).
+POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(scope="module")
+def pg_schemas() -> Iterator[Callable[[], str]]:
+    """A factory of fresh schemas, all dropped at the end."""
+    import psycopg
+
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"ac_pgconnect_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(POSTGRES, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {name}")
+        made.append(name)
+        return name
+
+    yield make
+    with psycopg.connect(POSTGRES, autocommit=True) as conn:
+        for name in made:
+            conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+class TestPostgresOnSparkConnect(SparkConnectCrashes):
+    """The PostgreSQL sink's batches on Spark Connect (the tables in a schema of each
+    case's own), the client killed after the state store's commit."""
+
+    sink_name = "postgres"
+    connect_fail_points = ("after_commit",)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sink_config(cls, pg_schemas: Callable[[], str]) -> Callable[[str], dict[str, Any]]:
+        return lambda case: {"uri": POSTGRES, "schema": pg_schemas()}
 
 
 class TestDeltaChangesOnSparkConnect(ChangesConnectCrashes):

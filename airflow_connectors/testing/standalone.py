@@ -374,6 +374,9 @@ class StandaloneAirflow(AirflowApi):
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__PARALLELISM": "4",
+            # LocalExecutor whose task processes start with the connector modules,
+            # pandas and the Spark Connect client imported (airflow/executors.py).
+            "AIRFLOW__CORE__EXECUTOR": "airflow_connectors.airflow.executors.WarmLocalExecutor",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__API__BASE_URL": self.url,
