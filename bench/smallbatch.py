@@ -47,6 +47,11 @@ to the batch's commit, split into ``connect`` (client session and artifact) and
 ``batch`` (the job on the server, the state-store commit and the publish), and the
 process's whole wall time (``total``, with the interpreter's start and exit).
 
+``--warm`` (with ``--execution spark_connect``) forks each round's client from a process
+that imported the batch path's modules first (pandas, pyspark's Spark Connect client,
+the engine), as :class:`airflow_connectors.airflow.executors.WarmLocalExecutor`'s task
+processes start; its CPU seconds are not counted.
+
 Usage: ``.venv/bin/python bench/smallbatch.py [--rounds 5] [--cluster] [--conf K=V]...
 [--execution spark_submit|spark_connect]``
 """
@@ -297,6 +302,74 @@ print("ROUND", t0, t1, t2, t3, result.records, flush=True)
 #: The breakdown of a round on Spark Connect.
 CONNECT_SEGMENTS = ("imports", "connect", "batch")
 
+#: ``--warm``: a process that imports what ``WarmLocalExecutor`` imports for the batch
+#: path (no Airflow here) once, then forks one client per round from itself, as the
+#: executor's workers fork task processes. Reads ``batch_id url store_url`` lines and
+#: answers each with the client's ``ROUND`` line.
+WARM_PARENT = """
+import os, sys
+from airflow_connectors.airflow.preload import PRELOAD, preload
+preload(tuple(m for m in PRELOAD if not m.startswith(("airflow.", "airflow_connectors.airflow"))),
+        asset_handlers=False)
+client = sys.argv[1]
+print("READY", flush=True)
+for line in sys.stdin:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.dup2(w, 1)
+        sys.argv = ["client", *line.split()]
+        try:
+            exec(compile(client, "client", "exec"), {"__name__": "__main__"})
+        finally:
+            sys.stdout.flush()
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as out:
+        answer = out.read()
+    os.waitpid(pid, 0)
+    print(answer.strip() or "FAILED", flush=True)
+"""
+
+
+class WarmClients:
+    """The ``--warm`` parent process: one client forked per round."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WARM_PARENT, CLIENT],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "READY"
+
+    def run(self, url: str, batch_id: int, store_url: str) -> dict[str, float]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        start = time.time()
+        self.proc.stdin.write(f"{batch_id} {url} {store_url}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        end = time.time()
+        if not line.startswith("ROUND "):
+            raise SystemExit(f"the warm client failed: {line!r}")
+        t0, t1, t2, t3 = (float(x) for x in line.split()[1:5])
+        return {
+            "imports": t1 - t0,
+            "connect": t2 - t1,
+            "batch": t3 - t2,
+            "to_commit": t3 - t0,
+            "total": end - start,
+            "cpu": 0.0,  # the parent's children are not reaped here
+        }
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(30)
+
 
 def run_connect_once(
     url: str, env: dict[str, str], batch_id: int, store_url: str
@@ -361,6 +434,12 @@ def main() -> int:
         default="spark_submit",
         help="spark-submit per batch (default), or a client of a warm Spark Connect server",
     )
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="with spark_connect: each client forked from a process that imported the "
+        "batch path's modules first, as WarmLocalExecutor's task processes are",
+    )
     args = parser.parse_args()
 
     from airflow_connectors.catalog import parse_pipeline
@@ -418,10 +497,14 @@ def main() -> int:
             print(
                 f"Spark Connect server {server.url} on {master} ready in {time.monotonic() - t:.1f} s"
             )
+            warm = WarmClients(env) if args.warm else None
             for n in range(args.warmup + args.rounds):
                 drop_file(folder, n)
                 batch_id = plan_batch(store, ctx)
-                result = run_connect_once(server.url, env, batch_id, url)
+                if warm is not None:
+                    result = warm.run(server.url, batch_id, url)
+                else:
+                    result = run_connect_once(server.url, env, batch_id, url)
                 tag = "warm-up" if n < args.warmup else f"round {n - args.warmup + 1}"
                 print(
                     f"{tag:>8}: to commit {result['to_commit']:5.2f} s, exit {result['total']:5.2f} s, "
@@ -432,6 +515,8 @@ def main() -> int:
                 )
                 if n >= args.warmup:
                     rounds.append(result)
+            if warm is not None:
+                warm.close()
             print(f"\nseconds from the task's start, {len(rounds)} rounds on Spark Connect:")
             print(summary(rounds, CONNECT_SEGMENTS))
             if args.json:
