@@ -355,15 +355,7 @@ class WarmClients:
         end = time.time()
         if not line.startswith("ROUND "):
             raise SystemExit(f"the warm client failed: {line!r}")
-        t0, t1, t2, t3 = (float(x) for x in line.split()[1:5])
-        return {
-            "imports": t1 - t0,
-            "connect": t2 - t1,
-            "batch": t3 - t2,
-            "to_commit": t3 - t0,
-            "total": end - start,
-            "cpu": 0.0,  # the parent's children are not reaped here
-        }
+        return connect_round(line, end - start, 0.0)  # its CPU: the parent's, not reaped here
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -388,14 +380,20 @@ def run_connect_once(
     line = next((x for x in proc.stdout.splitlines() if x.startswith("ROUND ")), None)
     if proc.returncode != 0 or line is None:
         raise SystemExit(f"the client failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return connect_round(line, end - start, cpu)
+
+
+def connect_round(line: str, total: float, cpu: float) -> dict[str, float]:
+    """A round's breakdown from the client's ``ROUND t0 t1 t2 t3 records`` line."""
     t0, t1, t2, t3 = (float(x) for x in line.split()[1:5])
     return {
         "imports": t1 - t0,
         "connect": t2 - t1,
         "batch": t3 - t2,
         "to_commit": t3 - t0,
-        "total": end - start,
-        "cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+        "total": total,
+        "cpu": cpu,
     }
 
 

@@ -17,7 +17,7 @@ from airflow_connectors.catalog import parse_pipeline
 from airflow_connectors.engine.discovery import context
 
 
-def watch_spec(folder: Path) -> Any:
+def watch_spec(folder: Path | str, transport: dict[str, Any] | None = None) -> Any:
     return parse_pipeline(
         {
             "pipeline": "watched",
@@ -28,7 +28,8 @@ def watch_spec(folder: Path) -> Any:
                         {
                             "name": "files",
                             "trigger": {"on": "new_data", "poll_interval": 0.2},
-                            "transport": {
+                            "transport": transport
+                            or {
                                 "name": "file_input",
                                 "config": {"path": str(folder), "min_file_age": 0},
                             },
@@ -282,26 +283,9 @@ def test_the_folders_a_file_input_trigger_watches(tmp_path: Path) -> None:
     (tmp_path / "in" / "one.csv").write_text("id\n1\n")
 
     def watched(path: str, transport: str = "file_input") -> list[str]:
-        config = (
-            {"path": path} if transport == "file_input" else {"bucket_name": "bucket", "prefix": ""}
-        )
-        spec = parse_pipeline(
-            {
-                "pipeline": "watched",
-                "tables": {
-                    "events": {
-                        "columns": {"id": "BIGINT NOT NULL"},
-                        "connectors": [
-                            {
-                                "name": "files",
-                                "transport": {"name": transport, "config": config},
-                                "format": {"name": "csv", "config": {}},
-                            }
-                        ],
-                    }
-                },
-            }
-        )
+        config = {"bucket_name": "bucket", "prefix": ""}
+        s3 = {"name": "s3_input", "config": config} if transport == "s3_input" else None
+        spec = watch_spec(path, s3)
         table, connector = spec.find("events.files")
         return watch_paths(
             table.model_dump(mode="json", exclude={"connectors"}),
