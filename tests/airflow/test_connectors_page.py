@@ -248,9 +248,17 @@ def open_detail(browser: Any, name: str) -> Any:
 
     set_filter(browser, name)
     wait_for(f"row {name}", lambda: name in shown(browser))
-    browser.find_element(
-        By.CSS_SELECTOR, f'tr[data-connector="{name}"] button[data-action="details"]'
-    ).click()
+    # The table re-renders on every refresh: a button found just before one is stale
+    # when clicked, so finding and clicking are retried together.
+    wait_for(
+        f"details button of {name}",
+        lambda: (
+            browser.find_element(
+                By.CSS_SELECTOR, f'tr[data-connector="{name}"] button[data-action="details"]'
+            ).click()
+            or True
+        ),
+    )
     return wait_for(
         f"detail of {name}",
         lambda: browser.find_element(By.CSS_SELECTOR, f'#detail[data-connector="{name}"]'),
