@@ -56,9 +56,11 @@ DEFAULT_PORT = 15002
 #: Seconds the first contact may take before the server counts as unreachable.
 CONNECT_TIMEOUT = 10.0
 #: Retries of a call that met an unavailable server (pyspark's default retries for ten
-#: minutes): about 15 s in all, what a server restart or a network blip takes; then the
-#: batch fails and the task's retries (or the next run) run it again.
-MAX_RETRIES = 5
+#: minutes): about 4 s in all (50 ms, then 4x each time), what a network blip takes. A
+#: server that restarted has lost the session and its operations anyway, so waiting
+#: for it gains nothing: the batch fails and the task's retries (or the next run) run it
+#: again. The client's background releases and exit hooks wait as long, once.
+MAX_RETRIES = 4
 MAX_BACKOFF_MS = 10_000
 _LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
 #: What gives the URL outside Airflow, named in messages' remedies.
