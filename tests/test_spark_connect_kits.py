@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_connectors.testing.changes_kit import ChangesConnectCrashes
-from airflow_connectors.testing.sink_kit import SparkConnectCrashes
+from airflow_connectors.testing.sink_kit import SparkConnectCrashes, SparkConnectServerKill
 
 # In the main lane (no marker): the side lane (cluster, then sources) is the longer one.
 
@@ -39,14 +39,15 @@ def spark_connect_server(killable_spark_connect_server: Any) -> Any:
     return killable_spark_connect_server
 
 
-class TestParquetOnSparkConnect(SparkConnectCrashes):
-    """The Parquet sink's batches on Spark Connect, killed client and killed server."""
+class TestParquetOnSparkConnect(SparkConnectServerKill):
+    """The Parquet sink's batches on Spark Connect, killed client and killed server (the
+    server's kill here only: what it checks is the engine's, not the sink's)."""
 
     sink_name = "parquet"
 
 
 class TestDeltaOnSparkConnect(SparkConnectCrashes):
-    """The Delta sink's batches on Spark Connect, killed client and killed server."""
+    """The Delta sink's batches on Spark Connect, the client killed."""
 
     sink_name = "delta"
     # The point kills of the Parquet class cover the engine's points; here the client
@@ -56,8 +57,7 @@ class TestDeltaOnSparkConnect(SparkConnectCrashes):
 
 class TestIcebergOnSparkConnect(SparkConnectCrashes):
     """The Iceberg sink's batches on Spark Connect: the client dies after the state
-    store's commit, before the Iceberg commit; the killed client mid-task and the killed
-    server as for the others."""
+    store's commit, before the Iceberg commit, and the killed client mid-task."""
 
     sink_name = "iceberg"
     connect_fail_points = ("after_commit",)

@@ -48,7 +48,10 @@ they may use session fixtures (``s3_server``), not function ones (``tmp_path``).
   tables live outside the warehouse (PostgreSQL) gives each case its own schema or table.
   Default: ``{}`` for every case.
 - mixin :class:`S3Warehouse`: the two fixtures above for a warehouse in a new bucket of
-  an S3 server (the ``s3_server`` fixture).
+  an S3 server (the ``s3_server`` fixture); :class:`AzureWarehouse` for Azurite. Both are
+  :class:`OtherStorage`: the sink's class on a local warehouse runs the cases that do not
+  depend on the storage (``storage_independent_cases``: the kill before anything is
+  written and the evolving table), the class on the other storage the rest.
 - hook :meth:`SinkConformance.check_landed`: sink-specific checks once a case's batches
   landed (one commit per batch, nothing staged left...), given the :class:`SinkCase`
   (its ``sink()``, ``committed()`` batch ids, ``warehouse``; ``command_lines`` of a
@@ -82,7 +85,8 @@ through :meth:`Sink.read <airflow_connectors.sinks.base.Sink.read>`:
 Every killed job of a class is started at once (a JVM start is what costs) by one
 class-scoped fixture; the tests then look at their own case.
 
-On Spark Connect (``execution: spark_connect``), :class:`SparkConnectCrashes` (and the
+On Spark Connect (``execution: spark_connect``), :class:`SparkConnectCrashes` (with the
+server's kill: :class:`SparkConnectServerKill`; and the
 changes kit's ``ChangesConnectCrashes``) run a lean set of the same checks with the batch
 in a client process (:func:`start_connect_job`) whose tasks run on a Spark Connect
 server: the client killed at fail points and while the server runs its task, and the
@@ -306,6 +310,12 @@ class SinkConformance(KitFixtures):
     whole_at: ClassVar[tuple[str, ...]] = ()
     atomic_publish: ClassVar[bool] = True
     spark_master: ClassVar[str] = "local[1]"
+    #: Whether the class runs the cases whose outcome does not depend on the warehouse's
+    #: storage: the kill before the sink wrote anything (``before_sink_write``) and the
+    #: evolving table (``test_added_nullable_column_lands``). The storage mixins
+    #: (:class:`S3Warehouse`, :class:`AzureWarehouse`, :class:`OtherStorage`) say False:
+    #: the sink's class on a local warehouse runs them; each skipped case is a JVM less.
+    storage_independent_cases: ClassVar[bool] = True
 
     # --- what a subclass may override: KitFixtures, and ---------------------------------
 
@@ -317,7 +327,10 @@ class SinkConformance(KitFixtures):
     @classmethod
     def fail_points(cls) -> tuple[str, ...]:
         """Every point the crash check kills a job at."""
-        return (*ENGINE_FAIL_POINTS, *cls.sink_fail_points)
+        points = (*ENGINE_FAIL_POINTS, *cls.sink_fail_points)
+        if not cls.storage_independent_cases:
+            return tuple(p for p in points if p != "before_sink_write")
+        return points
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """One crash test per fail point of this sink."""
@@ -417,10 +430,11 @@ class SinkConformance(KitFixtures):
         try:
             for name, case in cases.items():
                 start(name, case)
-            cases["after_widened_write"] = cls.evolving_case(
-                base / "evolving", warehouse_url, sink_config, spark
-            )
-            start("after_widened_write", cases["after_widened_write"])
+            if cls.storage_independent_cases:
+                cases["after_widened_write"] = cls.evolving_case(
+                    base / "evolving", warehouse_url, sink_config, spark
+                )
+                start("after_widened_write", cases["after_widened_write"])
             for name, proc in procs.items():
                 jobs.wait_for(cases[name].marks / points[name], proc, timeout=REACH_TIMEOUT)
                 cases[name].command_lines = command_lines(proc.pid)
@@ -615,7 +629,17 @@ class SinkConformance(KitFixtures):
         self.check_landed(case)
 
 
-class S3Warehouse:
+class OtherStorage:
+    """Mixin for a :class:`SinkConformance` subclass whose warehouse is on another
+    storage than the sink's own class (listed first): the cases that do not depend on
+    the storage (``storage_independent_cases``) run in the sink's class only."""
+
+    storage_independent_cases = False
+    #: Not collected here (pytest collects functions only): it runs in the sink's class.
+    test_added_nullable_column_lands = None
+
+
+class S3Warehouse(OtherStorage):
     """Mixin for a :class:`SinkConformance` subclass whose warehouse is a new bucket of
     an S3 server: the class (or its conftest) has a session fixture ``s3_server`` with
     ``create_bucket(name) -> name`` and ``env() -> AWS_* variables``, as
@@ -635,7 +659,7 @@ class S3Warehouse:
         return dict(s3_server.env())
 
 
-class AzureWarehouse:
+class AzureWarehouse(OtherStorage):
     """Mixin for a :class:`SinkConformance` subclass whose warehouse is a new container
     of Azurite: a session fixture ``azurite`` with ``create_container(name) -> name`` and
     ``env() -> AZURE_STORAGE_* variables``, as
@@ -663,7 +687,7 @@ class AzureWarehouse:
 CONNECT_CLIENT = """
 import logging, sys
 from airflow_connectors.engine.batch import BatchFailed, run_batch
-from airflow_connectors.engine.connect import SparkConnectError, connect_session
+from airflow_connectors.engine.connect import SparkConnectError, close_sessions, connect_session
 from airflow_connectors.settings import Settings
 from airflow_connectors.sinks.base import SinkUnwritable
 from airflow_connectors.state.store import StateStore
@@ -677,6 +701,10 @@ try:
 except (BatchFailed, SinkUnwritable, SparkConnectError) as e:
     print(f"ingest failed: {e}", file=sys.stderr)
     sys.exit(1)
+finally:
+    # As the ingest operator does: without it, pyspark's exit hooks call a server
+    # that is gone with the full retry policy (about 15 s each).
+    close_sessions()
 """
 
 
@@ -876,12 +904,18 @@ class SparkConnectCrashes(KitFixtures):
       runs its batch's task (a slow ``url_input`` body); the orphaned task then finishes
       on the server and stages its parts for an attempt nobody commits: the next run
       leaves the exact table.
-    - ``test_server_killed_while_tasks_run``: the Spark Connect server SIGKILLed (with
-      its Python workers) while a batch's task reads; the client fails the batch in one
-      line; the server starts again; the next run leaves the exact table.
+    - ``test_server_killed_while_tasks_run`` (:class:`SparkConnectServerKill`, a
+      subclass: the server's kill and restart cost the same whatever the sink, and
+      what they check, the client failing in one line and the next run on a new
+      session, is the engine's, so one sink's class runs it): the Spark Connect server
+      SIGKILLed (with its Python workers) while a batch's task reads; the client fails
+      the batch in one line; the server starts again; the next run leaves the exact
+      table.
     """
 
     sink_name: ClassVar[str]
+    #: Whether the class kills the server too (:class:`SparkConnectServerKill`).
+    kill_server: ClassVar[bool] = False
     connect_fail_points: ClassVar[tuple[str, ...]] = (
         "sink_write_started",
         "after_sink_write",
@@ -927,7 +961,10 @@ class SparkConnectCrashes(KitFixtures):
             p: cls.new_case(p, base / p, folder, warehouse_url, sink_config)
             for p in cls.connect_fail_points
         }
-        for name in ("client_mid_tasks", "server_mid_tasks"):
+        stalled = (
+            ("client_mid_tasks", "server_mid_tasks") if cls.kill_server else ("client_mid_tasks",)
+        )
+        for name in stalled:
             url = stalled_bodies.add(f"/{name}.json", body_of(rows), stall=True)
             cases[name] = url_case(
                 cls.sink_name, name, base / name, url, warehouse_url, sink_config
@@ -964,14 +1001,17 @@ class SparkConnectCrashes(KitFixtures):
             # the client's operation meanwhile, which is fine too): let it, before the
             # server is killed below.
             stalled_bodies.wait_served("/client_mid_tasks.json", timeout=120)
-            # The server killed while a task reads; the client fails the batch.
-            proc = start("server_mid_tasks")
-            stalled_bodies.wait_for_read("/server_mid_tasks.json", proc)
-            server.kill()
-            out, _ = proc.communicate(timeout=REACH_TIMEOUT)
-            outputs["server_mid_tasks"] = f"exit {proc.returncode}\n" + out.decode(errors="replace")
-            cases["server_mid_tasks"].seen_at_kill = cases["server_mid_tasks"].read()
-            stalled_bodies.release("/server_mid_tasks.json")
+            if cls.kill_server:
+                # The server killed while a task reads; the client fails the batch.
+                proc = start("server_mid_tasks")
+                stalled_bodies.wait_for_read("/server_mid_tasks.json", proc)
+                server.kill()
+                out, _ = proc.communicate(timeout=REACH_TIMEOUT)
+                outputs["server_mid_tasks"] = f"exit {proc.returncode}\n" + out.decode(
+                    errors="replace"
+                )
+                cases["server_mid_tasks"].seen_at_kill = cases["server_mid_tasks"].read()
+                stalled_bodies.release("/server_mid_tasks.json")
         finally:
             for proc in procs.values():
                 if proc.poll() is None:
@@ -1034,6 +1074,12 @@ class SparkConnectCrashes(KitFixtures):
             assert store.load_batch(batch).status != BatchStatus.COMMITTED
         case.next_run(connect_spark)
         self.assert_exact(case, kit_source[1], bad=0)
+
+
+class SparkConnectServerKill(SparkConnectCrashes):
+    """:class:`SparkConnectCrashes` and the server killed while a task reads."""
+
+    kill_server = True
 
     def test_server_killed_while_tasks_run(
         self,

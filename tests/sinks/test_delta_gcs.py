@@ -1,6 +1,7 @@
 """The Delta sink with its warehouse on ``gs://`` (fake-gcs-server, the ``gcs_server``
-fixture): the sink conformance kit (a kill at every fail point, concurrent publishers, a
-polling reader, an added column), and a missing bucket refused before Spark in one line.
+fixture): the sink conformance kit (a kill at every fail point after the first write,
+concurrent publishers, a polling reader; the storage-independent cases run in
+test_delta.py), and a missing bucket refused before Spark in one line.
 The warehouse is reached as on Google Cloud, through the Google environment
 (``STORAGE_EMULATOR_HOST`` here) that the connection layer reads for pyarrow's part
 writers and for delta-rs."""
@@ -26,10 +27,10 @@ from airflow_connectors.sinks import _fs
 from airflow_connectors.sinks.base import SinkUnwritable
 from airflow_connectors.sinks.delta import storage_options
 from airflow_connectors.testing.gcs import GcsServer
-from airflow_connectors.testing.sink_kit import SinkCase
+from airflow_connectors.testing.sink_kit import OtherStorage, SinkCase
 
 
-class TestDeltaSinkOnGcs(_DeltaChecks):
+class TestDeltaSinkOnGcs(OtherStorage, _DeltaChecks):
     """Each batch is one Delta commit on Cloud Storage, recorded as the connector's app
     transaction; a crash anywhere leaves the exact table after the next run, and no
     file outside the log is left."""
