@@ -57,6 +57,8 @@ fi
 #   each starts an Airflow of its own) and the README's main command run from a copy of
 #   the repository (marked `side`), in one pytest; each part's output goes to
 #   test-artifacts/ and follows the rest's;
+# - every test's time of each lane in test-artifacts/{main,cluster,sources}-tests.xml
+#   (JUnit XML), for finding where the suite's time goes;
 # - the rest (none of these markers) in this shell.
 cluster_log=test-artifacts/cluster-tests.log
 sources_log=test-artifacts/sources-tests.log
@@ -64,17 +66,19 @@ rm -f test-artifacts/cluster-tests.status test-artifacts/sources-tests.status
 started=$SECONDS
 (
     code=0
-    .venv/bin/python -m pytest -m cluster -p no:cacheprovider >"$cluster_log" 2>&1 || code=$?
+    .venv/bin/python -m pytest -m cluster -p no:cacheprovider \
+        --junitxml=test-artifacts/cluster-tests.xml >"$cluster_log" 2>&1 || code=$?
     echo "$code" >test-artifacts/cluster-tests.status
     code=0
     .venv/bin/python -m pytest -m "(sources or depth or side) and not cluster" -p no:cacheprovider \
-        >"$sources_log" 2>&1 || code=$?
+        --junitxml=test-artifacts/sources-tests.xml >"$sources_log" 2>&1 || code=$?
     echo "$code" >test-artifacts/sources-tests.status
     echo "$((SECONDS - started))" >test-artifacts/side-lane.seconds
 ) &
 beside_pid=$!
 trap 'kill "$beside_pid" 2>/dev/null || true' EXIT
-.venv/bin/python -m pytest -m "not cluster and not sources and not depth and not side" || status=$?
+.venv/bin/python -m pytest -m "not cluster and not sources and not depth and not side" \
+    --junitxml=test-artifacts/main-tests.xml || status=$?
 main_seconds=$((SECONDS - started))
 wait "$beside_pid" || true
 trap - EXIT
