@@ -8,9 +8,10 @@ running a Python whose import path lacks this repository.
 - a multi-file batch runs on both workers, lands every row once, and records which
   executors ran it (``Batch.executors``);
 - without shipping (``ship_package: never``) the batch fails in one line that says to
-  ship or install the package, stays planned, and commits once when shipped;
-- SIGKILL of a worker while its executor runs a task: Spark runs the task again on the
-  other worker, the batch commits, the table equals the source exactly.
+  ship or install the package, stays planned, and commits once when shipped.
+
+A worker SIGKILLed while its executor runs a task of the batch is
+tests/cluster/test_cluster_faults.py's (the same kill, under Airflow with Celery).
 
 Each ``spark-submit`` starts a standalone application (~15-20 s on a 2-core machine).
 Run alone: ``pytest tests/engine/test_spark_cluster.py``.
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -211,11 +211,6 @@ def assert_exact(cluster: Cluster, case: Case) -> pa.Table:
     return data
 
 
-def table_parts(case: Case) -> list[str]:
-    folder = Path(case.warehouse) / "p" / "events"
-    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".parquet"))
-
-
 PROBE = """
 import json, sys
 from pyspark.sql import SparkSession
@@ -295,104 +290,6 @@ def test_without_shipping_the_batch_fails_in_one_line(cluster: Cluster) -> None:
     code, log, _ = ingest(cluster, case)
     assert code == 0, log[-3000:]
     assert_exact(cluster, case)
-
-
-def test_sigkill_of_a_worker_mid_batch(cluster: Cluster) -> None:
-    """Worker 0 dies (with its executor and Python workers) while both executors run
-    tasks of the batch: the driver loses the executor, Spark runs its task again on
-    worker 1, and the batch commits exactly once."""
-    case = plan_case(cluster, "killed")
-    log = cluster.root / "ingest-killed.log"
-    earlier = set(python_workers(cluster, 0))  # of earlier applications, if still there
-    proc = start_ingest(cluster, case, log)
-    try:
-        # Worker 0's executor runs a task once its Python daemon forked a worker for it
-        # (each task takes seconds: one file of ROWS records each).
-        deadline = time.monotonic() + 600
-        while len(set(python_workers(cluster, 0)) - earlier) < 2:
-            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, "worker 0 never ran a task"
-            time.sleep(0.05)
-        cluster.spark.kill_worker(0)
-        code = proc.wait(timeout=600)
-        text = log.read_text(errors="replace")
-        assert code == 0, text[-3000:]
-        assert "Lost executor" in text, text[-3000:]
-        # A task was running on the dead executor and ran again (attempt 1 or later) on
-        # worker 1's executor: the executors' own logs say which task attempts they ran.
-        app = max(cluster.spark.worker_dir(1).glob("app-*")).name
-        on_dead = {t.split(".")[0] for t in task_attempts(cluster, 0, app)}
-        retried = {t.split(".")[0] for t in task_attempts(cluster, 1, app) if t[-2:] != ".0"}
-        assert on_dead & retried, (on_dead, retried)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-        restart_worker(cluster)
-    data = assert_exact(cluster, case)
-    # One part per task (file), each written once: no part of the lost attempt remains.
-    parts = table_parts(case)
-    assert len(parts) == FILES, parts
-    assert len(data) == cluster.rows.num_rows
-    store = case.store()
-    try:
-        executors = store.load_batch(case.batch_id).executors or []
-    finally:
-        store.close()
-    assert 1 in {cluster.worker_of(e["dir"]) for e in executors}, executors
-    assert sum(e["items"] for e in executors) == FILES
-
-
-def task_attempts(cluster: Cluster, index: int, app: str) -> list[str]:
-    """The task attempts (``<partition>.<attempt>``) worker ``index``'s executors of
-    application ``app`` started, from their logs."""
-    found = []
-    for log in (cluster.spark.worker_dir(index) / app).glob("*/stderr"):
-        found += re.findall(r"Running task (\d+\.\d+) in stage", log.read_text(errors="replace"))
-    return found
-
-
-def python_workers(cluster: Cluster, index: int) -> list[int]:
-    """The PySpark daemon and the Python workers it forked under worker ``index`` (its
-    descendants: the daemon makes a process group of its own)."""
-    proc = cluster.spark.worker_procs[index]
-    assert proc is not None
-    parents: dict[int, int] = {}
-    daemons: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-        if b"pyspark.daemon" in cmdline:
-            daemons.add(int(entry.name))
-    found = []
-    for pid in daemons:
-        ancestor = parents.get(pid, 0)
-        while ancestor > 1 and ancestor != proc.pid:
-            ancestor = parents.get(ancestor, 0)
-        if ancestor == proc.pid:
-            found.append(pid)
-    return found
-
-
-def restart_worker(cluster: Cluster) -> None:
-    """Start worker 0 again (the master lists the killed one until it times out)."""
-    if cluster.spark.worker_procs[0] is not None:
-        return
-    before = {w["id"] for w in cluster.spark.state().get("workers", [])}
-    cluster.spark.start_worker(0)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        workers = cluster.spark.state().get("workers", [])
-        if any(w["id"] not in before and w.get("state") == "ALIVE" for w in workers):
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"worker 0 did not come back: {cluster.spark.log_tail('worker-0')}")
 
 
 def test_the_embedded_session_ships_the_package_too(cluster: Cluster) -> None:
