@@ -42,6 +42,7 @@ from airflow_connectors.catalog import parse_pipeline
 from airflow_connectors.sinks import _fs
 from airflow_connectors.testing import jobs
 from airflow_connectors.testing.conformance import assert_same_records
+from airflow_connectors.testing.jobs import start_connect_job
 from airflow_connectors.testing.sink_kit import (
     COLUMNS,
     CONNECTOR,
@@ -52,7 +53,6 @@ from airflow_connectors.testing.sink_kit import (
     body_of,
     expected,
     records,
-    start_connect_job,
 )
 
 pytestmark = pytest.mark.sources

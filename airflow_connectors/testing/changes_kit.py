@@ -45,6 +45,7 @@ from airflow_connectors.sinks import _fs
 from airflow_connectors.state.store import BatchStatus
 from airflow_connectors.testing import jobs
 from airflow_connectors.testing.conformance import assert_same_records
+from airflow_connectors.testing.jobs import start_connect_job
 from airflow_connectors.testing.sink_kit import (
     COLUMNS,
     CONNECTOR,
@@ -56,7 +57,6 @@ from airflow_connectors.testing.sink_kit import (
     SinkCase,
     expected,
     no_spark,
-    start_connect_job,
 )
 
 #: Rows the first file inserts.

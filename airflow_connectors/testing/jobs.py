@@ -6,8 +6,13 @@ in a session of its own, waits until the job reaches a fail point of
 SIGKILLs the whole process group: driver, JVM and Spark's Python workers. The next run
 of the same batches must leave the table as if nothing had happened.
 
-Used by the transport conformance kit (:mod:`.conformance`) and the engine's crash matrix
-(``tests/engine/test_exactly_once.py``). Imports pytest: for tests only.
+On Spark Connect (``execution: spark_connect``) the job is a client process
+(:func:`start_connect_job`): the batches' plans, fail points and commits run in it,
+their Spark tasks on the server.
+
+Used by the transport conformance kit (:mod:`.conformance`), the sink kits and the
+engine's crash matrix (``tests/engine/test_exactly_once.py``). Imports pytest: for tests
+only.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -47,6 +53,68 @@ def start_job(
     return subprocess.Popen(
         args, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
+
+
+#: The ingest job as a Spark Connect client (``execution: spark_connect``): this process
+#: runs the batches' plans, fail points and commits; their Spark tasks run on the server
+#: at ``url``. Arguments: ``url store_url log_level batch_id...``.
+CONNECT_CLIENT = """
+import logging, sys
+from airflow_connectors.engine.batch import BatchFailed, run_batch
+from airflow_connectors.engine.connect import SparkConnectError, close_sessions, connect_session
+from airflow_connectors.settings import Settings
+from airflow_connectors.sinks.base import SinkUnwritable
+from airflow_connectors.state.store import StateStore
+url, store_url, level, *ids = sys.argv[1:]
+logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+settings = Settings.load(state_store_url=store_url)
+store = StateStore(store_url)
+try:
+    for b in ids:
+        run_batch(store, int(b), lambda: connect_session(url, settings, data_sources=False))
+except (BatchFailed, SinkUnwritable, SparkConnectError) as e:
+    print(f"ingest failed: {e}", file=sys.stderr)
+    sys.exit(1)
+finally:
+    # As the ingest operator does: without it, pyspark's exit hooks call a server
+    # that is gone with the full retry policy (about 15 s each).
+    close_sessions()
+"""
+
+
+def start_connect_job(
+    batch_ids: list[int],
+    store_url: str,
+    failpoint_dir: Path,
+    url: str,
+    hang_at: str = "",
+    *,
+    log_level: str = "INFO",
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """:func:`start_job` on Spark Connect: the ingest job of ``batch_ids`` as a
+    client of the server at ``url`` (a session of its own, stopping at ``hang_at``)."""
+    environ = {
+        **os.environ,
+        **(env or {}),
+        "AIRFLOW_CONNECTORS_FAILPOINT_DIR": str(failpoint_dir),
+        "AIRFLOW_CONNECTORS_FAILPOINTS": hang_at,
+    }
+    args = [sys.executable, "-c", CONNECT_CLIENT, url, store_url, log_level]
+    args += [str(b) for b in batch_ids]
+    return subprocess.Popen(
+        args, env=environ, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+def finish_on_spark_connect(
+    batch_ids: list[int], store_url: str, failpoint_dir: Path, url: str
+) -> None:
+    """Run the job of ``batch_ids`` to its end as a client of the Spark Connect server at
+    ``url`` (``execution: spark_connect``); fail the test when it fails."""
+    proc = start_connect_job(batch_ids, store_url, failpoint_dir, url)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out.decode()[-3000:]
 
 
 def wait_for(marker: Path, proc: subprocess.Popen[bytes], timeout: float = 240) -> None:

@@ -32,6 +32,8 @@ The subclassing interface (stable: other sinks and warehouses subclass it):
   a sink that moves a batch's parts in one by one (the Parquet folder): the polling check
   then only asks that no row is seen twice and every row lands.
 - ``spark_master`` (default ``local[1]``): the Spark master of the killed jobs.
+- ``execution`` (default ``spark_submit``): ``spark_connect`` makes the killed jobs
+  clients of the session fixture ``spark_connect_server`` (what the storage mixins do).
 
 The three fixtures below are class-scoped and, as pytest wants of class-scoped fixtures
 on a class, class methods (``@pytest.fixture(scope="class")`` above ``@classmethod``);
@@ -51,7 +53,8 @@ they may use session fixtures (``s3_server``), not function ones (``tmp_path``).
   an S3 server (the ``s3_server`` fixture); :class:`AzureWarehouse` for Azurite. Both are
   :class:`OtherStorage`: the sink's class on a local warehouse runs the cases that do not
   depend on the storage (``storage_independent_cases``: the kill before anything is
-  written and the evolving table), the class on the other storage the rest.
+  written and the evolving table), the class on the other storage the rest, its killed
+  jobs as Spark Connect clients (``execution``).
 - hook :meth:`SinkConformance.check_landed`: sink-specific checks once a case's batches
   landed (one commit per batch, nothing staged left...), given the :class:`SinkCase`
   (its ``sink()``, ``committed()`` batch ids, ``warehouse``; ``command_lines`` of a
@@ -101,7 +104,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -123,6 +125,7 @@ from airflow_connectors.spec import PipelineSpec
 from airflow_connectors.state.store import BatchStatus, StateStore
 from airflow_connectors.testing import jobs
 from airflow_connectors.testing.conformance import assert_same_records
+from airflow_connectors.testing.jobs import start_connect_job
 
 #: The engine's fail points of a batch, in order (:mod:`airflow_connectors.failpoints`);
 #: a sink's own come after them (``SinkConformance.sink_fail_points``).
@@ -248,8 +251,14 @@ class SinkCase:
             }
         return self.batch_ids
 
-    def start(self, point: str = "", spark_master: str = "local[1]") -> subprocess.Popen[bytes]:
-        """The ingest job of the planned batches, stopping at ``point`` (none: to the end)."""
+    def start(
+        self, point: str = "", spark_master: str = "local[1]", connect_url: str | None = None
+    ) -> subprocess.Popen[bytes]:
+        """The ingest job of the planned batches, stopping at ``point`` (none: to the end):
+        a spark-submit job on ``spark_master``, or with ``connect_url`` a client of that
+        Spark Connect server."""
+        if connect_url is not None:
+            return start_connect_job(self.batch_ids, self.store_url, self.marks, connect_url, point)
         return jobs.start_job(
             self.batch_ids, self.store_url, self.marks, point, spark_master=spark_master
         )
@@ -316,6 +325,13 @@ class SinkConformance(KitFixtures):
     #: (:class:`S3Warehouse`, :class:`AzureWarehouse`, :class:`OtherStorage`) say False:
     #: the sink's class on a local warehouse runs them; each skipped case is a JVM less.
     storage_independent_cases: ClassVar[bool] = True
+    #: Where the killed jobs run their batches: ``spark_submit`` (a spark-submit job on
+    #: ``spark_master``, a JVM each) or ``spark_connect`` (a client of the session
+    #: fixture ``spark_connect_server``: a Python process each, the batch's tasks on the
+    #: server, the storage variables carried with each task). The storage mixins say
+    #: ``spark_connect``: what they check is the sink's commit on that storage, which
+    #: runs in the client either way; the sink's local class keeps spark-submit.
+    execution: ClassVar[str] = "spark_submit"
 
     # --- what a subclass may override: KitFixtures, and ---------------------------------
 
@@ -403,6 +419,7 @@ class SinkConformance(KitFixtures):
         sink_config: Callable[[str], dict[str, Any]],
         spark: Any,
         tmp_path_factory: pytest.TempPathFactory,
+        request: pytest.FixtureRequest,
     ) -> dict[str, SinkCase]:
         """Every killed job of the class, started at once: one per fail point, one killed
         after the commit for the concurrent publishers, one killed after an evolving
@@ -421,11 +438,14 @@ class SinkConformance(KitFixtures):
         points = {name: name for name in cls.fail_points()}
         points |= {"concurrent": "after_commit", "after_widened_write": "after_widened_write"}
         procs: dict[str, subprocess.Popen[bytes]] = {}
+        connect_url = None
+        if cls.execution == "spark_connect":
+            connect_url = request.getfixturevalue("spark_connect_server").url
 
         def start(name: str, case: SinkCase) -> None:
             (batch,) = case.plan()
             assert batch, name
-            procs[name] = case.start(points[name], cls.spark_master)
+            procs[name] = case.start(points[name], cls.spark_master, connect_url)
 
         try:
             for name, case in cases.items():
@@ -632,9 +652,13 @@ class SinkConformance(KitFixtures):
 class OtherStorage:
     """Mixin for a :class:`SinkConformance` subclass whose warehouse is on another
     storage than the sink's own class (listed first): the cases that do not depend on
-    the storage (``storage_independent_cases``) run in the sink's class only."""
+    the storage (``storage_independent_cases``) run in the sink's class only, and the
+    killed jobs are Spark Connect clients (``execution``): the sink's commit on the
+    storage is the client's either way, and a JVM start per killed job was most of the
+    suite's time."""
 
     storage_independent_cases = False
+    execution = "spark_connect"
     #: Not collected here (pytest collects functions only): it runs in the sink's class.
     test_added_nullable_column_lands = None
 
@@ -680,57 +704,6 @@ class AzureWarehouse(OtherStorage):
 
 
 # --- the crash checks on Spark Connect ----------------------------------------------------
-
-#: The ingest job as a Spark Connect client (``execution: spark_connect``): this process
-#: runs the batches' plans, fail points and commits; their Spark tasks run on the server
-#: at ``url``. Arguments: ``url store_url log_level batch_id...``.
-CONNECT_CLIENT = """
-import logging, sys
-from airflow_connectors.engine.batch import BatchFailed, run_batch
-from airflow_connectors.engine.connect import SparkConnectError, close_sessions, connect_session
-from airflow_connectors.settings import Settings
-from airflow_connectors.sinks.base import SinkUnwritable
-from airflow_connectors.state.store import StateStore
-url, store_url, level, *ids = sys.argv[1:]
-logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-settings = Settings.load(state_store_url=store_url)
-store = StateStore(store_url)
-try:
-    for b in ids:
-        run_batch(store, int(b), lambda: connect_session(url, settings, data_sources=False))
-except (BatchFailed, SinkUnwritable, SparkConnectError) as e:
-    print(f"ingest failed: {e}", file=sys.stderr)
-    sys.exit(1)
-finally:
-    # As the ingest operator does: without it, pyspark's exit hooks call a server
-    # that is gone with the full retry policy (about 15 s each).
-    close_sessions()
-"""
-
-
-def start_connect_job(
-    batch_ids: list[int],
-    store_url: str,
-    failpoint_dir: Path,
-    url: str,
-    hang_at: str = "",
-    *,
-    log_level: str = "INFO",
-    env: Mapping[str, str] | None = None,
-) -> subprocess.Popen[bytes]:
-    """:func:`jobs.start_job` on Spark Connect: the ingest job of ``batch_ids`` as a
-    client of the server at ``url`` (a session of its own, stopping at ``hang_at``)."""
-    environ = {
-        **os.environ,
-        **(env or {}),
-        "AIRFLOW_CONNECTORS_FAILPOINT_DIR": str(failpoint_dir),
-        "AIRFLOW_CONNECTORS_FAILPOINTS": hang_at,
-    }
-    args = [sys.executable, "-c", CONNECT_CLIENT, url, store_url, log_level]
-    args += [str(b) for b in batch_ids]
-    return subprocess.Popen(
-        args, env=environ, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
 
 
 class StalledBodies:

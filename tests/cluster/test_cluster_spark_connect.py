@@ -31,13 +31,13 @@ from airflow_connectors.engine.batch import run_batch
 from airflow_connectors.engine.connect import forget_session
 from airflow_connectors.testing import jobs
 from airflow_connectors.testing.conformance import assert_same_records
+from airflow_connectors.testing.jobs import start_connect_job
 from airflow_connectors.testing.sink_kit import (
     CONNECTOR,
     PIPELINE,
     TABLE,
     SinkCase,
     connect_client,
-    start_connect_job,
 )
 from airflow_connectors.testing.spark_standalone import SparkStandalone
 

@@ -31,7 +31,12 @@ from airflow_connectors.sinks.iceberg import (
 )
 from airflow_connectors.state.store import StateStore
 from airflow_connectors.testing.changes_kit import ChangesConformance
-from airflow_connectors.testing.sink_kit import S3Warehouse, SinkCase, SinkConformance
+from airflow_connectors.testing.sink_kit import (
+    OtherStorage,
+    S3Warehouse,
+    SinkCase,
+    SinkConformance,
+)
 
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE", "small": "SMALLINT"}
 
@@ -291,8 +296,10 @@ class TestIcebergSink(SinkConformance):
                 assert len(list(data.glob("batch-*/*"))) == len(marks), case.name
 
 
-class TestIcebergSinkPostgresCatalog(TestIcebergSink):
-    """The same with the SQL catalog in PostgreSQL (each case in a schema of its own)."""
+class TestIcebergSinkPostgresCatalog(OtherStorage, TestIcebergSink):
+    """The same with the SQL catalog in PostgreSQL (each case in a schema of its own);
+    as for another storage, the storage-independent cases run in TestIcebergSink and
+    the killed jobs are Spark Connect clients."""
 
     @pytest.fixture(scope="class")
     @classmethod

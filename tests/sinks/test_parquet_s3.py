@@ -312,8 +312,9 @@ class TestParquetSinkOnS3(S3Warehouse, SinkConformance):
         assert_parquet_landed(case)
 
     def test_aws_variables_never_on_a_command_line(self, killed: dict[str, SinkCase]) -> None:
-        """The AWS variables reached the killed jobs' drivers, JVMs and Python workers
-        through their environment, never a command line."""
+        """The AWS variables reached the killed jobs (Spark Connect clients: the storage
+        kits run there, see OtherStorage) and their tasks on the server through their
+        environment, never a command line."""
         lines = [line for case in killed.values() for line in case.command_lines]
-        assert [line for line in lines if "java" in line.split(" ", 1)[0]], lines
+        assert [line for line in lines if "python" in line.split(" ", 1)[0]], lines
         assert not [line for line in lines if SECRET_KEY in line or ACCESS_KEY in line]
