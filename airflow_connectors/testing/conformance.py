@@ -45,7 +45,9 @@ What the suite checks (one test each):
   for every scalar field of ``Config``, and the source's own :attr:`Source.invalid_configs`;
 - a crash between the sink write and the commit (the ``after_sink_write`` fail point of
   :mod:`airflow_connectors.failpoints`, the ingest job SIGKILLed on local Spark)
-  re-runs to the same table: same count, same checksum, nothing twice.
+  re-runs to the same table: same count, same checksum, nothing twice. The re-run of a
+  transport of this package is a Spark Connect client (``execution: spark_connect``), so
+  each reads on both.
 
 How: the checks drive the real engine and state store (SQLite in ``tmp_path``), not a
 copy of them. Listing calls the transport's ``discover`` with cursors the store built;
@@ -53,7 +55,10 @@ reading runs the engine's worker code (:func:`airflow_connectors.engine.reader.i
 what a Spark task runs) and the Parquet sink. The batch checks run the engine's
 :func:`~airflow_connectors.engine.batch.run_batch` with its Spark tasks executed in this
 process, one after another, so they take a second, not a JVM; the crash check runs the
-real ingest job (``python -m airflow_connectors.engine.job``) on ``local[2]`` Spark, twice.
+real ingest job (``python -m airflow_connectors.engine.job``) on ``local[2]`` Spark, then
+its re-run as a client of a Spark Connect server: the session fixture
+``spark_connect_server`` (``.url``; this repository's ``tests/conftest.py`` has one, a
+:class:`airflow_connectors.testing.spark_connect.SparkConnectServer`) must exist.
 
 What a source must satisfy:
 
@@ -579,10 +584,16 @@ class TransportConformance:
     # --- exactly once under a crash --------------------------------------------------------
 
     def test_crash_between_sink_write_and_commit_reruns_to_the_same_table(
-        self, connector: Connector, tmp_path: Path
+        self, connector: Connector, tmp_path: Path, spark_connect_server: Any
     ) -> None:
         """An ingest job killed after writing, before committing, leaves nothing visible; the
-        re-run lands every record once and re-running committed batches changes nothing."""
+        re-run lands every record once and re-running committed batches changes nothing.
+        The killed job is a spark-submit job (``execution: spark_submit``), the re-run a
+        client of a Spark Connect server (``spark_connect``): the transport reads on
+        either, its credentials reaching the server's tasks with each task. (A transport
+        of another distribution re-runs on spark-submit too: a Spark Connect server's
+        Python workers import only this package, which the client sends, and what is
+        installed there.)"""
         found = connector.discover()
         assert found.batch_ids, "the first discovery of the source planned nothing"
         marks = tmp_path / "failpoints"
@@ -607,7 +618,12 @@ class TransportConformance:
             f"after the crash discovery returned {rerun.batch_ids}, not the planned "
             f"{found.batch_ids} first"
         )
-        jobs.finish(rerun.batch_ids, connector.store_url, marks, spark_master=self.spark_master)
+        if type(connector.transport).__module__.startswith("airflow_connectors."):
+            jobs.finish_on_spark_connect(
+                rerun.batch_ids, connector.store_url, marks, spark_connect_server.url
+            )
+        else:  # a server's workers import what is installed there, and this package
+            jobs.finish(rerun.batch_ids, connector.store_url, marks, spark_master=self.spark_master)
         connector.drain()
         expected = connector.expected()
         assert_same_records(
