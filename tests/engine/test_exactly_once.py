@@ -4,8 +4,8 @@ fail point or at a random moment, or starts two attempts of one batch at once, t
 the connector again. The table must equal the source: same count, same checksum, no
 duplicates, no loss; nothing staged is left behind.
 
-The matrix: every fail point on both state stores (SQLite, PostgreSQL), random kills
-with a printed seed (replay with ``AIRFLOW_CONNECTORS_TEST_SEED=<seed>``), and two job
+The matrix: every fail point on the PostgreSQL state store (on SQLite it is the sink
+kit's, tests/sinks/test_parquet.py), random kills on both stores with a printed seed (replay with ``AIRFLOW_CONNECTORS_TEST_SEED=<seed>``), and two job
 processes racing for one batch. Every case is one small batch read from one source; the
 kill cases of a store start their jobs together (a JVM start is what costs), and the
 next run happens in this process on the session's Spark, as a retry would run it.
@@ -223,15 +223,21 @@ def finish(proc: subprocess.Popen[bytes], timeout: float = 300) -> str:
     return text
 
 
-# --- every fail point, both stores -------------------------------------------------
+# --- every fail point, on the PostgreSQL store ----------------------------------------
 
 
 @pytest.fixture(scope="module")
 def killed(
-    new_store: Callable[[Path], str], source: Source, tmp_path_factory: pytest.TempPathFactory
+    pg_schema_factory: Any, source: Source, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Case]:
     """One case per fail point, their jobs started together, each SIGKILLed at its
-    point; the state each kill left is kept with the case."""
+    point; the state each kill left is kept with the case. On the PostgreSQL store:
+    the same kills on the SQLite store (and the same Parquet sink) are the sink kit's
+    (tests/sinks/test_parquet.py), which kills at these points and more."""
+
+    def new_store(_folder: Path) -> str:
+        return str(pg_schema_factory())
+
     cases: dict[str, Case] = {}
     jobs: dict[str, subprocess.Popen[bytes]] = {}
     base = tmp_path_factory.mktemp("points")
