@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 # Re-exported: formats and sinks still import the base config from here.
 from airflow_connectors.spec.config import StrictConfig
@@ -235,6 +236,18 @@ __all__ = [
 ]
 
 
+class ChangeWatch(Protocol):
+    """What :meth:`Transport.watch_changes` gives a waiter while it is open."""
+
+    def armed(self, timeout: float = ...) -> bool:
+        """Waits until a change from now on would wake (False: not in ``timeout`` s)."""
+        ...
+
+    def rearm(self) -> None:
+        """After a wake: listen for the next change (a watch may wake once per arm)."""
+        ...
+
+
 class Transport(ABC):
     """A batch source. Subclasses set ``name``, ``Config`` and implement two methods."""
 
@@ -349,6 +362,14 @@ class Transport(ABC):
         ``poll_interval`` (a network filesystem may deliver no change events). Default:
         none, and the trigger polls only."""
         return []
+
+    def watch_changes(self, wake: Callable[[], None]) -> AbstractContextManager[ChangeWatch] | None:
+        """For a source that can say when something arrives (a message on a Kafka
+        topic): a context in which ``wake()`` is called, from any thread, when new data
+        may be there; a ``new_data`` trigger then probes at once rather than at its next
+        poll (and still polls: a wake is a hint). Default: None, nothing to watch but
+        :meth:`watch_paths`."""
+        return None
 
     def lineage_datasets(self) -> list[LineageDataset]:
         """The datasets this configuration reads, named as OpenLineage names them (the

@@ -46,6 +46,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -56,7 +57,7 @@ from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.datasets import LineageDataset
 from airflow_connectors.spec.redact import is_secret_name, mask_text
 from airflow_connectors.transports import retry
-from airflow_connectors.transports.base import Cursor, Limits, WorkItem
+from airflow_connectors.transports.base import ChangeWatch, Cursor, Limits, WorkItem
 from airflow_connectors.transports.handover import first_after
 from airflow_connectors.transports.sequence import Partition, SequenceSource
 
@@ -1041,6 +1042,13 @@ class KafkaInputTransport(SequenceSource):
             f"{NAME}: topic {self.config.topic} on {mask_text(servers, self.secrets())}, "
             f"from {start_text}, {'until the ends seen first' if self.bounded else 'follow'}"
         )
+
+    def watch_changes(self, wake: Callable[[], None]) -> AbstractContextManager[ChangeWatch]:
+        """The topic's next message wakes (see :mod:`._kafka_wake`: one consumer per
+        cluster and process, at the partitions' ends, paused after each wake)."""
+        from airflow_connectors.transports._kafka_wake import watch_topic
+
+        return watch_topic(self.settings(), self._client_config, self.config.topic, wake)
 
     def lineage_datasets(self) -> list[LineageDataset]:
         """The topic, on ``kafka://<first bootstrap server>`` (OpenLineage's naming)."""

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
@@ -83,6 +83,25 @@ def watch_paths(table: dict[str, Any], connector: dict[str, Any]) -> list[str]:
         return []
 
 
+def change_watch(
+    table: dict[str, Any], connector: dict[str, Any], wake: Callable[[], None]
+) -> contextlib.AbstractContextManager[Any] | None:
+    """The transport's :meth:`~airflow_connectors.transports.base.Transport.watch_changes`
+    (a Kafka topic's next message); None when it has none or its config cannot be
+    built here (the probe says why)."""
+    from airflow_connectors.catalog import transport_of
+    from airflow_connectors.spec.models import ConnectorSpec, TableSpec
+
+    try:
+        transport = transport_of(
+            ConnectorSpec.model_validate(connector), TableSpec.model_validate(table)
+        )
+        return transport.watch_changes(wake)
+    except Exception:  # a bad config fails the probe, in its own words
+        log.debug("no changes to watch", exc_info=True)
+        return None
+
+
 class _Poll:
     """Polls the connector's discovery every ``poll_interval`` seconds (in a thread)."""
 
@@ -118,6 +137,12 @@ class _Poll:
         # the next one.
         paths = await asyncio.to_thread(watch_paths, self.table, self.connector)
         changed = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:  # from the source's watcher thread
+            loop.call_soon_threadsafe(changed.set)
+
+        watching = await asyncio.to_thread(change_watch, self.table, self.connector, wake)
         with contextlib.ExitStack() as stack:
             if paths:
                 try:
@@ -129,6 +154,12 @@ class _Poll:
                         ", ".join(paths),
                         e,
                     )
+            source = None
+            if watching is not None:
+                source = stack.enter_context(watching)
+                # Until the source's watch listens (a broker not reached in time: the
+                # poll finds what arrives meanwhile).
+                await asyncio.to_thread(source.armed)
             while True:
                 fingerprint = await self._probe(record=record)
                 if fingerprint is not None:
@@ -144,6 +175,9 @@ class _Poll:
                 # the last probe.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), self.poll_interval)
+                if source is not None and changed.is_set():
+                    source.rearm()  # it wakes once per arm
+                    await asyncio.to_thread(source.armed)
                 changed.clear()
 
     async def _probe(self, *, record: bool) -> str | None:
