@@ -101,6 +101,8 @@ class _Watcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kafka-wake", daemon=True)
         self._started = False
+        #: The settings' secret values, masked in what the watcher logs.
+        self._secrets: set[str] = set()
 
     def alive(self) -> bool:
         return not self._stop.is_set()
@@ -137,7 +139,12 @@ class _Watcher:
         try:
             self._consume()
         except Exception as e:  # a hint only: the waiters poll on
-            log.warning("Kafka wake-up watcher stopped (%s); new_data triggers poll only", e)
+            from airflow_connectors.spec.redact import mask_text
+
+            log.warning(
+                "Kafka wake-up watcher stopped (%s); new_data triggers poll only",
+                mask_text(str(e), self._secrets),
+            )
             log.debug("Kafka wake-up watcher", exc_info=True)
         finally:
             self._stop.set()
@@ -148,7 +155,10 @@ class _Watcher:
     def _consume(self) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
+        from airflow_connectors.transports.kafka_input import is_secret_option
+
         conf = self._client_config()
+        self._secrets = {str(v) for k, v in conf.items() if v and is_secret_option(k)}
         conf.update(
             {
                 "enable.partition.eof": "false",
