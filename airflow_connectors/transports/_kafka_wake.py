@@ -141,7 +141,8 @@ class _Watcher:
         except Exception as e:  # a hint only: the waiters poll on
             from airflow_connectors.spec.redact import mask_text
 
-            log.warning(
+            # Stopping anyway (its last waiter left while it waited on the broker): quiet.
+            (log.debug if self._stop.is_set() else log.warning)(
                 "Kafka wake-up watcher stopped (%s); new_data triggers poll only",
                 mask_text(str(e), self._secrets),
             )

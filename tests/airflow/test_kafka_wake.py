@@ -145,10 +145,16 @@ def test_an_unreachable_broker_leaves_the_trigger_polling(connectors_env: dict[s
             **settings,
             "group.id": "ac-wake-none",
             "socket.connection.setup.timeout.ms": "1000",
+            "log_level": 0,  # the refused connections: expected here
         }
+
+    threads = []
 
     async def watch() -> bool:
         with _kafka_wake.watch_topic(settings, client_config, "nowhere", lambda: None) as w:
+            threads.append(w.watcher._thread)
             return await asyncio.to_thread(w.armed, 3.0)
 
     assert asyncio.run(watch()) is False
+    threads[0].join(30)  # it gives up on the broker, quietly: its last waiter left
+    assert not threads[0].is_alive()
