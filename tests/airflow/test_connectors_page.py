@@ -243,21 +243,29 @@ def set_filter(browser: Any, text: str, status: str = "") -> None:
     )
 
 
+def click(browser: Any, css: str, what: str) -> None:
+    """Find and click ``css`` as one retried step: the table re-renders on every
+    refresh, so an element found just before one is stale when clicked."""
+    from selenium.webdriver.common.by import By
+
+    wait_for(what, lambda: browser.find_element(By.CSS_SELECTOR, css).click() or True)
+
+
+def page_info(browser: Any, text: str) -> None:
+    """Waits for the paging line to read ``text`` (the filter box applies what was typed
+    a moment later: a count read at once may be of a shorter filter)."""
+    from selenium.webdriver.common.by import By
+
+    wait_for(f"paging {text!r}", lambda: browser.find_element(By.ID, "page-info").text == text)
+
+
 def open_detail(browser: Any, name: str) -> Any:
     from selenium.webdriver.common.by import By
 
     set_filter(browser, name)
     wait_for(f"row {name}", lambda: name in shown(browser))
-    # The table re-renders on every refresh: a button found just before one is stale
-    # when clicked, so finding and clicking are retried together.
-    wait_for(
-        f"details button of {name}",
-        lambda: (
-            browser.find_element(
-                By.CSS_SELECTOR, f'tr[data-connector="{name}"] button[data-action="details"]'
-            ).click()
-            or True
-        ),
+    click(
+        browser, f'tr[data-connector="{name}"] button[data-action="details"]', f"details of {name}"
     )
     return wait_for(
         f"detail of {name}",
@@ -332,16 +340,16 @@ def test_filter_box_and_paging_show_the_right_rows(ui: Ui, browser: Any) -> None
     Select(browser.find_element(By.ID, "page-size")).select_by_value("25")
     set_filter(browser, "uimany")
     wait_for("the first page of uimany", lambda: shown(browser) == names[:25])
-    assert browser.find_element(By.ID, "page-info").text == "1-25 of 200"
+    page_info(browser, "1-25 of 200")
     browser.save_screenshot(str(ARTIFACTS / "200-connectors-page-1.png"))
-    browser.find_element(By.ID, "next").click()
+    click(browser, "#next", "next page")
     wait_for("the second page", lambda: shown(browser) == names[25:50])
-    assert browser.find_element(By.ID, "page-info").text == "26-50 of 200"
+    page_info(browser, "26-50 of 200")
 
     set_filter(browser, "gold")
     gold = [n for n in names if ".t07." in n]
     wait_for("the gold connectors", lambda: shown(browser) == gold)
-    assert browser.find_element(By.ID, "page-info").text == "1-10 of 10"
+    page_info(browser, "1-10 of 10")
 
     set_filter(browser, "", status="HELD")
     wait_for("the held connectors", lambda: "uip.later.after" in shown(browser))
@@ -561,7 +569,6 @@ def test_reader_sees_no_action_and_a_refusal_is_shown(ui: Ui, browser: Any) -> N
 
 
 def test_admin_sees_actions_and_a_refused_click_is_shown(ui: Ui, browser: Any) -> None:
-    from selenium.webdriver.common.by import By
 
     # A successful action looks like one: the DAG's flag flips, the row says accepted.
     other = "uimany.t05.c0"
@@ -572,9 +579,11 @@ def test_admin_sees_actions_and_a_refused_click_is_shown(ui: Ui, browser: Any) -
         action = "resume" if paused else "pause"
         wait_for(f"the {action} button", lambda a=action: a in buttons(browser, other))
         assert buttons(browser, other) == ["details", action, "restart"]
-        browser.find_element(
-            By.CSS_SELECTOR, f'tr[data-connector="{other}"] button[data-action="{action}"]'
-        ).click()
+        click(
+            browser,
+            f'tr[data-connector="{other}"] button[data-action="{action}"]',
+            f"the {action} button",
+        )
         wait_for(f"{action} done", lambda p=paused: dag_paused(ui, other) is not p)
         assert wait_for("the success", lambda: notice(browser, other, "ok")).endswith(
             f"{action}: accepted"
@@ -618,9 +627,7 @@ def test_admin_sees_actions_and_a_refused_click_is_shown(ui: Ui, browser: Any) -
         assert notice(browser, name, "error") == text
         browser.save_screenshot(str(ARTIFACTS / "admin-downgraded-refused.png"))
         # Dismissed, it goes.
-        browser.find_element(
-            By.CSS_SELECTOR, f'tr[data-connector="{name}"] .notice .dismiss'
-        ).click()
+        click(browser, f'tr[data-connector="{name}"] .notice .dismiss', "dismiss")
         wait_for("the refusal dismissed", lambda: notice(browser, name, "error") == "")
     finally:
         log_in(browser, ui, admin)
