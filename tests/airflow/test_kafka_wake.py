@@ -11,9 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_triggers import first_event, watch_spec
+from test_triggers import first_event, record_probes, slow_trigger, watch_spec
 
-from airflow_connectors.airflow.triggers.new_data import ConnectorNewDataTrigger
 from airflow_connectors.transports import _kafka_wake
 
 pytestmark = pytest.mark.sources
@@ -56,27 +55,11 @@ def test_a_message_wakes_the_trigger_before_its_next_poll(
     """The poll is two minutes away: a message produced after the first probe is probed
     at once (what each probe found is recorded: the event comes from a second probe,
     woken by the message)."""
-    from airflow_connectors.airflow.triggers import new_data
-
     servers = kafka_broker.bootstrap_servers
-    spec = watch_spec("", kafka_transport(servers, topic))
-    table, connector = spec.find("events.files")
-    trigger = ConnectorNewDataTrigger(
-        pipeline=spec.name,
-        table=table.model_dump(mode="json", exclude={"connectors"}),
-        connector=connector.model_dump(mode="json"),
-        poll_interval=120,
-    )
-    real_probe = new_data.probe
-    answers: list[str | None] = []
-
-    def recording_probe(*args: Any, **kwargs: Any) -> Any:
-        answers.append(real_probe(*args, **kwargs))
-        if len(answers) == 1:  # the first probe found nothing: now the message
-            threading.Timer(0.5, produce, (servers, topic, b'{"id": 1}'), {"partition": 1}).start()
-        return answers[-1]
-
-    monkeypatch.setattr(new_data, "probe", recording_probe)
+    trigger = slow_trigger(watch_spec("", kafka_transport(servers, topic)))
+    # The first probe found nothing: now the message.
+    message = threading.Timer(0.5, produce, (servers, topic, b'{"id": 1}'), {"partition": 1})
+    answers = record_probes(monkeypatch, after_first=message.start)
     event = first_event(trigger, within=60.0)
     assert event is not None and event.payload["endpoint"] == "events.files"
     assert answers[0] is None and answers[-1] == event.payload["data"]

@@ -54,6 +54,35 @@ def trigger_for(spec: Any) -> ConnectorNewDataTrigger:
     return ConnectorNewDataTrigger(**kwargs)  # as the triggerer re-creates it
 
 
+def slow_trigger(spec: Any, poll_interval: float = 120) -> ConnectorNewDataTrigger:
+    """The trigger of ``events.files`` polling every ``poll_interval`` seconds."""
+    table, connector = spec.find("events.files")
+    return ConnectorNewDataTrigger(
+        pipeline=spec.name,
+        table=table.model_dump(mode="json", exclude={"connectors"}),
+        connector=connector.model_dump(mode="json"),
+        poll_interval=poll_interval,
+    )
+
+
+def record_probes(monkeypatch: pytest.MonkeyPatch, after_first: Any = None) -> list[str | None]:
+    """What each probe of the triggers finds, in order; ``after_first()`` runs once the
+    first probe found its answer."""
+    from airflow_connectors.airflow.triggers import new_data
+
+    real_probe = new_data.probe
+    answers: list[str | None] = []
+
+    def recording_probe(*args: Any, **kwargs: Any) -> Any:
+        answers.append(real_probe(*args, **kwargs))
+        if len(answers) == 1 and after_first is not None:
+            after_first()
+        return answers[-1]
+
+    monkeypatch.setattr(new_data, "probe", recording_probe)
+    return answers
+
+
 def first_event(trigger: ConnectorNewDataTrigger, within: float) -> Any:
     async def wait() -> Any:
         try:
@@ -247,26 +276,10 @@ def test_a_new_file_wakes_the_trigger_before_its_next_poll(
     event is shown to come from a second probe woken by the rename."""
     import threading
 
-    from airflow_connectors.airflow.triggers import new_data
-
     src = tmp_path / "src"
     src.mkdir()
-    spec = watch_spec(src)
-    table, connector = spec.find("events.files")
-    trigger = ConnectorNewDataTrigger(
-        pipeline=spec.name,
-        table=table.model_dump(mode="json", exclude={"connectors"}),
-        connector=connector.model_dump(mode="json"),
-        poll_interval=120,
-    )
-    real_probe = new_data.probe
-    answers: list[str | None] = []
-
-    def recording_probe(*args: Any, **kwargs: Any) -> Any:
-        answers.append(real_probe(*args, **kwargs))
-        return answers[-1]
-
-    monkeypatch.setattr(new_data, "probe", recording_probe)
+    trigger = slow_trigger(watch_spec(src))
+    answers = record_probes(monkeypatch)
     staged = tmp_path / "a.json"
     staged.write_text('{"id": 1}\n')
     threading.Timer(1.0, lambda: staged.rename(src / "a.json")).start()
