@@ -44,6 +44,13 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
+def is_secret_option(name: str) -> bool:
+    """Whether a dotted client setting (librdkafka's ``sasl.password``,
+    ``ssl.key.password``, ``sasl.oauthbearer.client.secret``, ``ssl.key.pem``...) holds
+    a secret."""
+    return is_secret_name(name) or is_secret_name(name.replace(".", "_"))
+
+
 def secret_fields(model: type[BaseModel] | None) -> frozenset[str]:
     """Fields a config model marks secret: ``SecretStr``/``SecretBytes`` fields and those
     with ``json_schema_extra={"secret": True}``."""

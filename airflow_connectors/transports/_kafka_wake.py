@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_connectors.spec.redact import is_secret_option, mask_text
+
 log = logging.getLogger(__name__)
 
 #: Seconds one consume call of the watcher's thread waits for a message.
@@ -139,8 +141,6 @@ class _Watcher:
         try:
             self._consume()
         except Exception as e:  # a hint only: the waiters poll on
-            from airflow_connectors.spec.redact import mask_text
-
             # Stopping anyway (its last waiter left while it waited on the broker): quiet.
             (log.debug if self._stop.is_set() else log.warning)(
                 "Kafka wake-up watcher stopped (%s); new_data triggers poll only",
@@ -155,8 +155,6 @@ class _Watcher:
 
     def _consume(self) -> None:
         from confluent_kafka import Consumer, TopicPartition
-
-        from airflow_connectors.transports.kafka_input import is_secret_option
 
         conf = self._client_config()
         self._secrets = {str(v) for k, v in conf.items() if v and is_secret_option(k)}

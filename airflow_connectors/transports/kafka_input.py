@@ -55,7 +55,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from airflow_connectors.connections import kafka as _kafka
 from airflow_connectors.spec.config import StrictConfig
 from airflow_connectors.spec.datasets import LineageDataset
-from airflow_connectors.spec.redact import is_secret_name, mask_text
+from airflow_connectors.spec.redact import is_secret_option, mask_text
 from airflow_connectors.transports import retry
 from airflow_connectors.transports.base import ChangeWatch, Cursor, Limits, WorkItem
 from airflow_connectors.transports.handover import first_after
@@ -78,12 +78,6 @@ _OWNED = frozenset(
 )
 #: Messages asked of librdkafka per ``consume`` call.
 CONSUME_BATCH = 10_000
-
-
-def is_secret_option(name: str) -> bool:
-    """Whether librdkafka setting ``name`` holds a secret (``sasl.password``,
-    ``ssl.key.password``, ``sasl.oauthbearer.client.secret``, ``ssl.key.pem``...)."""
-    return is_secret_name(name) or is_secret_name(name.replace(".", "_"))
 
 
 #: Kafka metadata a message's rows can carry (Spark's Kafka source's column names).
