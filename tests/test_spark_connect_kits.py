@@ -1,12 +1,10 @@
-"""The sink and changes kits' crash checks with the batch on a Spark Connect server
-(``execution: spark_connect``): the process running the batch is a Spark Connect client
-(its plan, fail points and commit here, its Spark tasks on the server's executors), and
-either it or the server is SIGKILLed mid-batch; the next run re-runs the batch and the
-table is exact. Lean on purpose (a few representative kills, one server of this module's
-own that the kills may take down): the full matrix runs under spark-submit in the sinks'
-own modules. Parquet (parts moved in one by one), Delta (one commit per batch), Iceberg
-(one snapshot per batch, the catalog in the state store's database), PostgreSQL (one
-transaction per batch) and a keyed Delta table."""
+"""What only Spark Connect has, in the sink kit's crash checks: the client (the process
+running the batch; its tasks run on a Spark Connect server) SIGKILLed while the server
+runs its task, and the server SIGKILLed while a task reads; the next run re-runs the
+batch and the table is exact. The kill at every fail point runs in the sinks' own
+modules, on Spark Connect (``execution: spark_connect``) and, for Parquet, on
+spark-submit; here the Parquet class adds the server's kill and a client kill at three
+points on a server of this module's own that the kills may take down."""
 
 from __future__ import annotations
 
@@ -17,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from airflow_connectors.testing.changes_kit import ChangesConnectCrashes
 from airflow_connectors.testing.sink_kit import SparkConnectCrashes, SparkConnectServerKill
 
 # In the main lane (no marker): the side lane (cluster, then sources) is the longer one.
@@ -47,20 +44,20 @@ class TestParquetOnSparkConnect(SparkConnectServerKill):
 
 
 class TestDeltaOnSparkConnect(SparkConnectCrashes):
-    """The Delta sink's batches on Spark Connect, the client killed."""
+    """The Delta sink: the client killed while its task runs on the server (the point
+    kills are TestDeltaSink's, on Spark Connect)."""
 
     sink_name = "delta"
-    # The point kills of the Parquet class cover the engine's points; here the client
-    # dies after the state store's commit, before the Delta commit.
-    connect_fail_points = ("after_commit",)
+    connect_fail_points = ()
+    test_client_killed_then_next_run = None
 
 
 class TestIcebergOnSparkConnect(SparkConnectCrashes):
-    """The Iceberg sink's batches on Spark Connect: the client dies after the state
-    store's commit, before the Iceberg commit, and the killed client mid-task."""
+    """The Iceberg sink: the client killed while its task runs on the server."""
 
     sink_name = "iceberg"
-    connect_fail_points = ("after_commit",)
+    connect_fail_points = ()
+    test_client_killed_then_next_run = None
 
 
 #: The suite's PostgreSQL server (scripts/services.sh).
@@ -88,21 +85,14 @@ def pg_schemas() -> Iterator[Callable[[], str]]:
 
 
 class TestPostgresOnSparkConnect(SparkConnectCrashes):
-    """The PostgreSQL sink's batches on Spark Connect (the tables in a schema of each
-    case's own), the client killed after the state store's commit."""
+    """The PostgreSQL sink (the tables in a schema of each case's own): the client
+    killed while its task runs on the server."""
 
     sink_name = "postgres"
-    connect_fail_points = ("after_commit",)
+    connect_fail_points = ()
+    test_client_killed_then_next_run = None
 
     @pytest.fixture(scope="class")
     @classmethod
     def sink_config(cls, pg_schemas: Callable[[], str]) -> Callable[[str], dict[str, Any]]:
         return lambda case: {"uri": POSTGRES, "schema": pg_schemas()}
-
-
-class TestDeltaChangesOnSparkConnect(ChangesConnectCrashes):
-    """A keyed Delta table's batch on Spark Connect, its client killed after the state
-    store's commit (the publish MERGE not yet made)."""
-
-    sink_name = "delta"
-    connect_changes_points = ("after_commit",)

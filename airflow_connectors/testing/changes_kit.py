@@ -11,7 +11,8 @@ store in SQLite. A sink subclasses :class:`ChangesConformance` once::
         changes_fail_points = ("my_sink_keys_committed", "my_sink_committed")
 
 with the fixtures ``warehouse_url``, ``storage_env`` and ``sink_config`` as in the sink
-kit (same defaults). The source is one batch of two JSON files in Feldera's
+kit (same defaults), and ``execution`` as there (``spark_connect``: the killed jobs are
+clients of the session fixture ``spark_connect_server``). The source is one batch of two JSON files in Feldera's
 ``update_format: insert_delete``: the first inserts :data:`KEYS` rows; the second
 updates some of them partially, deletes some, replaces some, inserts and deletes others
 within the batch, deletes and inserts some again, and holds one bad line
@@ -32,7 +33,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -45,7 +46,6 @@ from airflow_connectors.sinks import _fs
 from airflow_connectors.state.store import BatchStatus
 from airflow_connectors.testing import jobs
 from airflow_connectors.testing.conformance import assert_same_records
-from airflow_connectors.testing.jobs import start_connect_job
 from airflow_connectors.testing.sink_kit import (
     COLUMNS,
     CONNECTOR,
@@ -105,6 +105,12 @@ class ChangesConformance(KitFixtures):
     sink_name: ClassVar[str]
     changes_fail_points: ClassVar[tuple[str, ...]] = ()
     spark_master: ClassVar[str] = "local[1]"
+    #: Where the killed jobs run their batches, as the sink kit's ``execution``:
+    #: ``spark_submit`` (a JVM each, the default: a sink of another distribution is not
+    #: importable by a Spark Connect server's workers) or ``spark_connect`` (clients of
+    #: the session fixture ``spark_connect_server``; the keyed publish runs in the
+    #: client either way).
+    execution: ClassVar[str] = "spark_submit"
 
     # --- the kit ----------------------------------------------------------------------
 
@@ -182,6 +188,7 @@ class ChangesConformance(KitFixtures):
         warehouse_url: str,
         sink_config: Callable[[str], dict[str, Any]],
         tmp_path_factory: pytest.TempPathFactory,
+        request: pytest.FixtureRequest,
     ) -> dict[str, SinkCase]:
         """Every killed job of the class, started at once: one per fail point and one
         killed after the commit for the concurrent publishers."""
@@ -190,11 +197,14 @@ class ChangesConformance(KitFixtures):
         names = {p: p for p in cls.points()} | {"concurrent": "after_commit"}
         cases = {n: cls.keyed_case(n, base / n, folder, warehouse_url, sink_config) for n in names}
         procs: dict[str, subprocess.Popen[bytes]] = {}
+        connect_url = None
+        if cls.execution == "spark_connect":
+            connect_url = request.getfixturevalue("spark_connect_server").url
         try:
             for name, case in cases.items():
                 (batch,) = case.plan()
                 assert batch, name
-                procs[name] = case.start(names[name], cls.spark_master)
+                procs[name] = case.start(names[name], cls.spark_master, connect_url)
             for name, proc in procs.items():
                 jobs.wait_for(cases[name].marks / names[name], proc, timeout=REACH_TIMEOUT)
                 jobs.kill(proc)
@@ -253,90 +263,4 @@ class ChangesConformance(KitFixtures):
             t.join()
         assert errors == [], f"{self.sink_name}: concurrent publishers failed: {errors[0]!r}"
         case.next_run(spark)
-        self.assert_exact(case, changes_source[1])
-
-
-class ChangesConnectCrashes(KitFixtures):
-    """The keyed table's crash check with the batch on a Spark Connect server, lean:
-    the client (the process running the batch as a Spark Connect client) SIGKILLed at
-    each of ``connect_changes_points``; its retry and the next run, as a client of the
-    same server, leave the exact table. Needs the fixture ``spark_connect_server`` (a
-    running :class:`airflow_connectors.testing.spark_connect.SparkConnectServer`; this
-    kit never kills it)."""
-
-    sink_name: ClassVar[str]
-    connect_changes_points: ClassVar[tuple[str, ...]] = ("after_sink_write", "after_commit")
-
-    changes_source = ChangesConformance.__dict__["changes_source"]
-    keyed_case = ChangesConformance.__dict__["keyed_case"]
-
-    def assert_exact(self, case: SinkCase, rows: pa.Table) -> None:
-        """The table holds exactly ``rows`` and the bad line's one dead letter."""
-        what = f"{self.sink_name} keyed table on Spark Connect ({case.name})"
-        assert_same_records(case.read(), rows, "id", what)
-        dead = case.read("errors")
-        assert dead.column("raw_text").to_pylist() == [BAD_LINE], what
-
-    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
-        """One client kill per point."""
-        if "connect_changes_point" in metafunc.fixturenames:
-            metafunc.parametrize("connect_changes_point", self.connect_changes_points)
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def connect_killed_changes(
-        cls,
-        kit_env: None,
-        changes_source: tuple[Path, pa.Table],
-        warehouse_url: str,
-        sink_config: Callable[[str], dict[str, Any]],
-        spark_connect_server: Any,
-        tmp_path_factory: pytest.TempPathFactory,
-    ) -> dict[str, SinkCase]:
-        """Every client of the class, started at once and killed at its point."""
-        base = tmp_path_factory.mktemp("changes-connect-kit")
-        cases = {
-            p: cls.keyed_case(p, base / p, changes_source[0], warehouse_url, sink_config)
-            for p in cls.connect_changes_points
-        }
-        procs: dict[str, subprocess.Popen[bytes]] = {}
-        try:
-            for point, case in cases.items():
-                (batch,) = case.plan()
-                assert batch, point
-                procs[point] = start_connect_job(
-                    case.batch_ids, case.store_url, case.marks, spark_connect_server.url, point
-                )
-            for point, proc in procs.items():
-                jobs.wait_for(cases[point].marks / point, proc, timeout=REACH_TIMEOUT)
-                jobs.kill(proc)
-        finally:
-            for proc in procs.values():
-                if proc.poll() is None:
-                    jobs.kill(proc)
-        return cases
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def connect_changes_spark(cls, spark_connect_server: Any) -> Iterator[Any]:
-        """This process's client session of the server."""
-        from airflow_connectors.engine.connect import forget_session
-        from airflow_connectors.testing.sink_kit import connect_client
-
-        yield connect_client(spark_connect_server.url)
-        forget_session(spark_connect_server.url)
-
-    def test_changes_client_killed_on_spark_connect(
-        self,
-        connect_killed_changes: dict[str, SinkCase],
-        changes_source: tuple[Path, pa.Table],
-        connect_changes_spark: Any,
-        connect_changes_point: str,
-    ) -> None:
-        """The client killed at the point, then retried and run again on the server:
-        the exact keyed table."""
-        case = connect_killed_changes[connect_changes_point]
-        case.next_run(connect_changes_spark)
-        self.assert_exact(case, changes_source[1])
-        case.next_run(connect_changes_spark)  # nothing new: nothing changes
         self.assert_exact(case, changes_source[1])

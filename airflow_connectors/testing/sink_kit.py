@@ -88,12 +88,11 @@ through :meth:`Sink.read <airflow_connectors.sinks.base.Sink.read>`:
 Every killed job of a class is started at once (a JVM start is what costs) by one
 class-scoped fixture; the tests then look at their own case.
 
-On Spark Connect (``execution: spark_connect``), :class:`SparkConnectCrashes` (with the
-server's kill: :class:`SparkConnectServerKill`; and the
-changes kit's ``ChangesConnectCrashes``) run a lean set of the same checks with the batch
-in a client process (:func:`start_connect_job`) whose tasks run on a Spark Connect
-server: the client killed at fail points and while the server runs its task, and the
-server killed while a task reads (a stalled body of :class:`StalledBodies`). Only tests import this module
+With ``execution: spark_connect`` the killed jobs are client processes
+(:func:`start_connect_job`) whose tasks run on a Spark Connect server.
+:class:`SparkConnectCrashes` (with the server's kill: :class:`SparkConnectServerKill`)
+adds what only Spark Connect has: the client killed while the server runs its task, and
+the server killed while a task reads (a stalled body of :class:`StalledBodies`). Only tests import this module
 (it imports pytest); importing ``airflow_connectors`` never loads it.
 """
 
@@ -328,9 +327,12 @@ class SinkConformance(KitFixtures):
     #: Where the killed jobs run their batches: ``spark_submit`` (a spark-submit job on
     #: ``spark_master``, a JVM each) or ``spark_connect`` (a client of the session
     #: fixture ``spark_connect_server``: a Python process each, the batch's tasks on the
-    #: server, the storage variables carried with each task). The storage mixins say
-    #: ``spark_connect``: what they check is the sink's commit on that storage, which
-    #: runs in the client either way; the sink's local class keeps spark-submit.
+    #: server, the storage variables carried with each task). The default is
+    #: spark-submit: a Spark Connect server's workers import only this package and what
+    #: is installed on the server, not a sink of another distribution. This package's
+    #: sinks and the storage mixins say ``spark_connect`` (the sink's staging and commit
+    #: are the same code in both; a JVM start per killed job was most of the suite's
+    #: time), except the Parquet sink's local class, which keeps the default's path run.
     execution: ClassVar[str] = "spark_submit"
 
     # --- what a subclass may override: KitFixtures, and ---------------------------------

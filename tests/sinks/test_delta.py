@@ -390,6 +390,7 @@ class TestDeltaSink(SinkConformance):
     sink_name = "delta"
     sink_fail_points = ("delta_committed",)
     whole_at = ("delta_committed",)
+    execution = "spark_connect"  # TestParquetSink runs the kit's spark-submit path
 
     def check_landed(self, case: SinkCase) -> None:
         sink = case.sink()
@@ -448,3 +449,4 @@ class TestDeltaSinkChanges(ChangesConformance):
 
     sink_name = "delta"
     changes_fail_points = ("delta_keys_committed", "delta_committed")
+    execution = "spark_connect"

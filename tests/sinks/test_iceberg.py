@@ -273,6 +273,7 @@ class TestIcebergSink(SinkConformance):
     sink_name = "iceberg"
     sink_fail_points = ("iceberg_committed",)
     whole_at = ("iceberg_committed",)
+    execution = "spark_connect"  # TestParquetSink runs the kit's spark-submit path
 
     def check_landed(self, case: SinkCase) -> None:
         from pyiceberg.exceptions import NoSuchTableError
@@ -318,3 +319,4 @@ class TestIcebergSinkChanges(ChangesConformance):
 
     sink_name = "iceberg"
     changes_fail_points = ("iceberg_keys_committed", "iceberg_committed")
+    execution = "spark_connect"

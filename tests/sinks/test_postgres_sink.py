@@ -455,6 +455,7 @@ class TestPostgresSink(SinkConformance):
     sink_name = "postgres"
     sink_fail_points = ("postgres_committed",)
     whole_at = ("postgres_committed",)
+    execution = "spark_connect"  # TestParquetSink runs the kit's spark-submit path
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -477,6 +478,7 @@ class TestPostgresSinkChanges(ChangesConformance):
 
     sink_name = "postgres"
     changes_fail_points = ("postgres_changes_applied", "postgres_committed")
+    execution = "spark_connect"
 
     @pytest.fixture(scope="class")
     @classmethod
