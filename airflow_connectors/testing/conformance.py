@@ -44,10 +44,10 @@ What the suite checks (one test each):
 - bad config is rejected with the JSON path of the field: an unknown key, a wrong type
   for every scalar field of ``Config``, and the source's own :attr:`Source.invalid_configs`;
 - a crash between the sink write and the commit (the ``after_sink_write`` fail point of
-  :mod:`airflow_connectors.failpoints`, the ingest job SIGKILLed) re-runs to the same
-  table: same count, same checksum, nothing twice. For a transport of this package the
-  killed job and its re-run are Spark Connect clients (``execution: spark_connect``), so
-  each reads on a classic session (the other checks) and on a server's workers.
+  :mod:`airflow_connectors.failpoints`, the ingest job SIGKILLed on local Spark)
+  re-runs to the same table: same count, same checksum, nothing twice. The re-run of a
+  transport of this package is a Spark Connect client (``execution: spark_connect``), so
+  each reads on both.
 
 How: the checks drive the real engine and state store (SQLite in ``tmp_path``), not a
 copy of them. Listing calls the transport's ``discover`` with cursors the store built;
@@ -55,10 +55,9 @@ reading runs the engine's worker code (:func:`airflow_connectors.engine.reader.i
 what a Spark task runs) and the Parquet sink. The batch checks run the engine's
 :func:`~airflow_connectors.engine.batch.run_batch` with its Spark tasks executed in this
 process, one after another, so they take a second, not a JVM; the crash check runs the
-real ingest job and its re-run as clients of a Spark Connect server (a transport of
-another distribution: ``python -m airflow_connectors.engine.job`` on ``local[2]``
-Spark): the session fixture ``spark_connect_server`` (``.url``; this repository's
-``tests/conftest.py`` has one, a
+real ingest job (``python -m airflow_connectors.engine.job``) on ``local[2]`` Spark, then
+its re-run as a client of a Spark Connect server: the session fixture
+``spark_connect_server`` (``.url``; this repository's ``tests/conftest.py`` has one, a
 :class:`airflow_connectors.testing.spark_connect.SparkConnectServer`) must exist.
 
 What a source must satisfy:
@@ -361,8 +360,7 @@ class TransportConformance:
     """Subclass (as ``Test<Name>``) and define a ``source`` fixture returning a
     :class:`Source`: the tests below then run against that transport."""
 
-    #: Spark master of the crash check's spark-submit jobs (a transport of another
-    #: distribution).
+    #: Spark master of the crash check's ingest jobs.
     spark_master: ClassVar[str] = "local[2]"
 
     @pytest.fixture
@@ -590,33 +588,23 @@ class TransportConformance:
     ) -> None:
         """An ingest job killed after writing, before committing, leaves nothing visible; the
         re-run lands every record once and re-running committed batches changes nothing.
-        For a transport of this package both jobs are clients of a Spark Connect server
-        (``execution: spark_connect``): the transport reads on the server's workers, its
-        credentials reaching them with each task, and the classic session of this
-        process reads it in the other checks. A transport of another distribution runs
-        both on spark-submit: a Spark Connect server's Python workers import only this
-        package, which the client sends, and what is installed there."""
+        The killed job is a spark-submit job (``execution: spark_submit``), the re-run a
+        client of a Spark Connect server (``spark_connect``): the transport reads on
+        either, its credentials reaching the server's tasks with each task. (A transport
+        of another distribution re-runs on spark-submit too: a Spark Connect server's
+        Python workers import only this package, which the client sends, and what is
+        installed there.)"""
         found = connector.discover()
         assert found.batch_ids, "the first discovery of the source planned nothing"
         marks = tmp_path / "failpoints"
         marks.mkdir()
-        on_connect = type(connector.transport).__module__.startswith("airflow_connectors.")
-        if on_connect:
-            proc = jobs.start_connect_job(
-                found.batch_ids,
-                connector.store_url,
-                marks,
-                spark_connect_server.url,
-                hang_at="after_sink_write",
-            )
-        else:
-            proc = jobs.start_job(
-                found.batch_ids,
-                connector.store_url,
-                marks,
-                hang_at="after_sink_write",
-                spark_master=self.spark_master,
-            )
+        proc = jobs.start_job(
+            found.batch_ids,
+            connector.store_url,
+            marks,
+            hang_at="after_sink_write",
+            spark_master=self.spark_master,
+        )
         jobs.wait_for(marks / "after_sink_write", proc)
         jobs.kill(proc)
         # Written but not committed: nothing visible, no offset, every batch still planned.
@@ -630,7 +618,7 @@ class TransportConformance:
             f"after the crash discovery returned {rerun.batch_ids}, not the planned "
             f"{found.batch_ids} first"
         )
-        if on_connect:
+        if type(connector.transport).__module__.startswith("airflow_connectors."):
             jobs.finish_on_spark_connect(
                 rerun.batch_ids, connector.store_url, marks, spark_connect_server.url
             )
