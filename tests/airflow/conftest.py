@@ -189,8 +189,9 @@ def e2e(
     batches run on the session's Spark Connect server (``[connectors] execution =
     spark_connect``): a client per ingest task instead of a JVM per batch, a third less
     CPU for the REST, UI and control tests, which are not about where Spark runs;
-    test_standalone's connectors say ``execution: spark_submit`` (the product's
-    default, under a real scheduler), as do the cluster tests and the quickstart. The cron
+    test_standalone's url_input connector says ``execution: spark_submit`` (the
+    product's default, under a real scheduler), as do the cluster tests and the
+    quickstart. The cron
     witness runs from the start when a test of the session checks it (:func:`cron_witness`):
     its run a minute is most of what an idle Airflow costs (8% of a core of 11%)."""
     from airflow_connectors.testing.standalone import StandaloneAirflow

@@ -227,9 +227,22 @@ def asset_event_extras(uri: str) -> list[dict[str, Any]]:
         return [dict(e.extra) for e in events]
 
 
+@pytest.fixture
+def on_spark_connect(
+    connectors_env: dict[str, str], spark_connect_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    """``connectors_env`` with the batches on the session's Spark Connect server (what
+    the tests using it check is not where Spark runs; the others here and
+    test_ingest_shipping run spark-submit)."""
+    monkeypatch.setenv("AIRFLOW__CONNECTORS__EXECUTION", "spark_connect")
+    monkeypatch.setenv("AIRFLOW__CONNECTORS__SPARK_CONNECT_URL", spark_connect_server.url)
+    return connectors_env
+
+
 def test_dag_test_lands_rows_once_and_idles_without_spark(
-    tmp_path: Path, connectors_env: dict[str, str]
+    tmp_path: Path, on_spark_connect: dict[str, str]
 ) -> None:
+    connectors_env = on_spark_connect
     ids = json_files(tmp_path / "src", files=30, rows=20)
     dags = write_pipeline(
         "once",
@@ -272,8 +285,9 @@ def test_dag_test_lands_rows_once_and_idles_without_spark(
 
 
 def test_gate_skips_while_pipeline_paused_or_start_after_unfinished(
-    tmp_path: Path, connectors_env: dict[str, str]
+    tmp_path: Path, on_spark_connect: dict[str, str]
 ) -> None:
+    connectors_env = on_spark_connect
     from airflow_connectors.settings import Settings
     from airflow_connectors.state.store import StateStore
 
