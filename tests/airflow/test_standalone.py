@@ -1,9 +1,9 @@
 """End to end through a real scheduler: ``airflow standalone`` on a free 127.0.0.1 port
-(scheduler, triggerer, dag-processor, API server, LocalExecutor) runs the connector DAGs
-with real spark-submit (each connector says ``execution: spark_submit``: the shared
-Airflow's default is Spark Connect). Covers start_after through asset events, DAG and pipeline pause
-(Feldera's 2x2 table), the new-data event trigger, and ``airflow backfill create`` over
-date-sliced files."""
+(scheduler, triggerer, dag-processor, API server, LocalExecutor) runs the connector DAGs,
+their batches on the shared Airflow's Spark Connect server, the url_input connector's on
+spark-submit (``execution: spark_submit``, the product's default). Covers start_after
+through asset events, DAG and pipeline pause (Feldera's 2x2 table), the new-data event
+trigger, and ``airflow backfill create`` over date-sliced files."""
 
 from __future__ import annotations
 
@@ -179,10 +179,9 @@ def orch(e2e: EndToEnd, http_server: Any) -> Orchestra:
         },
     }
     # The shared Airflow runs batches on Spark Connect unless a connector says (see
-    # conftest.e2e): this module's run as the default does, spark-submit per batch.
-    for table in spec["tables"].values():
-        for connector in table["connectors"]:
-            connector["execution"] = "spark_submit"
+    # conftest.e2e); the backfill connector runs as the default does, a spark-submit per
+    # batch (as do the quickstart's and the cluster's connectors).
+    spec["tables"]["prices"]["connectors"][0]["execution"] = "spark_submit"
     e2e.add(
         {"orch.yaml": yaml.safe_dump(spec)},
         [
