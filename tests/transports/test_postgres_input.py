@@ -31,7 +31,9 @@ from airflow_connectors.testing.conformance import (
 from airflow_connectors.transports import Cursor, Limits
 from airflow_connectors.transports.postgres_input import PostgresInputError
 
-pytestmark = [pytest.mark.postgres, pytest.mark.sources]
+# In the main lane (no sources marker): it needs only the suite's PostgreSQL, and the
+# side lane (cluster, then sources) is the longer one.
+pytestmark = [pytest.mark.postgres]
 
 PASSWORD = "s3cr3t-pa55word"
 BASE = "postgresql://postgres@127.0.0.1:5432/test"
