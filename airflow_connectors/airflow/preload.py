@@ -1,6 +1,7 @@
 """What connector task processes import, imported ahead: :class:`..executors.WarmLocalExecutor`
-imports it in the scheduler before it forks its workers (and ``bench/smallbatch.py
---warm`` in the process it forks its clients from). This module imports nothing itself
+imports it in the scheduler before it forks its workers, :mod:`.celery_preload` in a
+Celery worker before it forks its pool (and ``bench/smallbatch.py --warm`` in the
+process it forks its clients from). This module imports nothing itself
 until :func:`preload` runs."""
 
 from __future__ import annotations
@@ -27,10 +28,16 @@ PRELOAD = (
 )
 
 
-def preload(modules: tuple[str, ...] = PRELOAD, *, asset_handlers: bool = True) -> list[str]:
+def preload(
+    modules: tuple[str, ...] = PRELOAD,
+    *,
+    asset_handlers: bool = True,
+    who: str = "WarmLocalExecutor",
+) -> list[str]:
     """Imports ``modules`` (a module that fails to import is skipped: the task imports
     it itself, and says why) and, with ``asset_handlers``, the providers' asset URI
-    handlers (which every DAG file's ``Asset`` loads); returns what failed."""
+    handlers (which every DAG file's ``Asset`` loads); returns what failed. ``who``
+    names the process in the one line it logs."""
     t0 = time.monotonic()
     failed = []
     for name in modules:
@@ -48,7 +55,8 @@ def preload(modules: tuple[str, ...] = PRELOAD, *, asset_handlers: bool = True) 
             log.debug("loading the asset URI handlers failed", exc_info=True)
             failed.append("asset URI handlers")
     log.info(
-        "WarmLocalExecutor: task processes start with %d module(s) imported (%.1f s)%s",
+        "%s: task processes start with %d module(s) imported (%.1f s)%s",
+        who,
         len(modules) - len([f for f in failed if f in modules]),
         time.monotonic() - t0,
         f"; not: {', '.join(failed)}" if failed else "",

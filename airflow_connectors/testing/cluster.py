@@ -327,6 +327,10 @@ class Cluster:
             "AIRFLOW__CELERY__BROKER_URL": self.broker_url,
             "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{metadata}",
             "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(self.celery_concurrency),
+            # Task processes start with the connector modules imported (celery_config).
+            "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": (
+                "airflow_connectors.airflow.celery_config.CELERY_CONFIG"
+            ),
             "AIRFLOW__OPERATORS__DEFAULT_QUEUE": self.queue,
             "AIRFLOW_CONN_CONNECTORS_SPARK": json.dumps(
                 {"conn_type": "spark", "host": "spark://127.0.0.1", "port": self.spark.port}

@@ -13,6 +13,7 @@ on real machines; tables are written to the warehouse on the same server.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from typing import Any
 
@@ -36,6 +37,27 @@ FIRST, SECOND = f"{PIPELINE}.chain.first", f"{PIPELINE}.chain.second"
 CONTROLLED = f"{PIPELINE}.controlled.objects"
 WATCHED = f"{PIPELINE}.watched.objects"
 DAILY = f"{PIPELINE}.daily.slices"
+#: Modules of ``PRELOAD`` whose presence a task process reports as it starts.
+WARM = ("pandas", "pyspark.sql.connect.session", "airflow_connectors.engine.batch")
+#: A DAG file that imports nothing of this package: its task reports which of WARM its
+#: process has when it starts (``[celery] celery_config_options`` preloads them).
+PROBE = f"""
+import sys
+
+from airflow.sdk import dag, task
+
+
+@dag(dag_id="celery_warm_probe", schedule=None, is_paused_upon_creation=False)
+def celery_warm_probe():
+    @task
+    def modules():
+        return [m for m in {WARM!r} if m in sys.modules]
+
+    modules()
+
+
+celery_warm_probe()
+"""
 
 
 def parse_time(text: str) -> dt.datetime:
@@ -80,6 +102,7 @@ def e2e(deployment: Deployment) -> Deployment:
         ],
         "witness": [connector("tick", d.s3_input("e2e/empty/"))],
     }
+    (d.dags / "celery_warm_probe.py").write_text(PROBE)
     d.add(PIPELINE, {name: {"columns": COLUMNS, "connectors": cs} for name, cs in tables.items()})
     return d
 
@@ -130,6 +153,27 @@ def test_multi_object_connector_spreads_over_both_celery_and_both_spark_workers(
 
     # Every row exactly once.
     assert ids(e2e, "multi") == list(range(OBJECTS * ROWS_PER_OBJECT))
+
+
+def test_celery_task_processes_start_with_the_preloaded_modules(e2e: Deployment) -> None:
+    """The deployment's Celery config (``airflow_connectors.airflow.celery_config``)
+    imports the connector modules in each Celery worker before it forks its pool: a
+    task whose DAG file imports none of them has them when it starts."""
+    api = e2e.api
+    api.wait_for_dags(["celery_warm_probe"])
+    run_id = api.trigger("celery_warm_probe")
+    run = api.wait_run("celery_warm_probe", run_id)
+    assert run["state"] == "success", e2e.states("celery_warm_probe", run_id)
+    xcom = api._json(
+        "GET",
+        f"/api/v2/dags/celery_warm_probe/dagRuns/{run_id}/taskInstances/modules/"
+        "xcomEntries/return_value",
+    )
+    value = xcom["value"]
+    assert (json.loads(value) if isinstance(value, str) else value) == list(WARM)
+    for i in range(e2e.cluster.celery_workers):
+        log = (e2e.cluster.root / "logs" / f"celery-{i}.log").read_text(errors="replace")
+        assert "Celery worker: task processes start with" in log, log[-2000:]
 
 
 def test_start_after_runs_the_dependent_on_the_asset_event_only(e2e: Deployment) -> None:
