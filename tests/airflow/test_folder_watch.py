@@ -51,6 +51,24 @@ def test_changes_below_a_watched_folder_wake_its_triggers_only(tmp_path: Path) -
     asyncio.run(scenario())
 
 
+def test_a_file_wakes_once_written_not_while_it_is_created_empty(tmp_path: Path) -> None:
+    """A file created in place is empty until its writer writes: creating it wakes no
+    trigger (a probe then would see it at size 0 and fire for it twice); its write does."""
+
+    async def scenario() -> None:
+        event = asyncio.Event()
+        with watching.watch([str(tmp_path)], event):
+            fd = os.open(tmp_path / "a.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                assert not await woken(event, within=0.3), "an empty new file woke a trigger"
+                os.write(fd, b'{"id": 1}\n')
+                assert await woken(event)
+            finally:
+                os.close(fd)
+
+    asyncio.run(scenario())
+
+
 def test_a_root_is_let_go_when_its_last_trigger_stops(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
 

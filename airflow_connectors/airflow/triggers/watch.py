@@ -2,9 +2,9 @@
 
 A ``new_data`` trigger polls its source every ``poll_interval`` seconds; a trigger whose
 transport names local folders (:meth:`~airflow_connectors.transports.base.Transport.watch_paths`)
-also waits on :func:`watch`, which wakes it as soon as a file is created, written,
-renamed into or touched below one of them, so a new file is probed at once instead of at
-the next poll. Polling goes on beside it: a network filesystem may deliver no events.
+also waits on :func:`watch`, which wakes it as soon as a file is written, renamed into
+or touched below one of them (not when it is created, empty), so a new file is probed at
+once instead of at the next poll. Polling goes on beside it: a network filesystem may deliver no events.
 
 One inotify descriptor per event loop serves every trigger of the triggerer (no thread
 per trigger: thousands of watched connectors cost one file descriptor and a watch per
@@ -156,6 +156,12 @@ class _Inotify:
                     self._watch_tree(os.path.join(folder, os.fsdecode(name)))
                 except WatchUnavailable as e:
                     log.warning("%s; changes there are found by polling", e)
+            elif mask & IN_CREATE:
+                # A file just created is empty: a probe now would see it at size 0 (and,
+                # with min_file_age 0, fire for it and again once written). Its write
+                # and close wake the triggers; a hard link (a create only) waits for
+                # the poll.
+                continue
             changed.add(folder)
         for root, events in self.roots.items():
             if overflow or any(_under(folder, root) for folder in changed):
