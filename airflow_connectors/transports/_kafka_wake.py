@@ -32,8 +32,12 @@ from airflow_connectors.spec.redact import is_secret_option, mask_text
 
 log = logging.getLogger(__name__)
 
-#: Seconds one consume call of the watcher's thread waits for a message.
-CONSUME_WAIT = 0.2
+#: Seconds one consume call of the watcher's thread waits for a message: also how long
+#: a re-arm (which the woken trigger waits for before it probes) may wait for the thread.
+CONSUME_WAIT = 0.05
+#: Seconds a topic's partition list is trusted by a re-arm (a new partition is found by
+#: the next arm after that, and by the triggers' polls meanwhile).
+PARTITIONS_TTL = 30.0
 #: Seconds :meth:`Watch.armed` waits for the topic's partitions to be at their ends.
 ARM_TIMEOUT = 10.0
 
@@ -105,6 +109,8 @@ class _Watcher:
         self._started = False
         #: The settings' secret values, masked in what the watcher logs.
         self._secrets: set[str] = set()
+        #: When each topic's partitions were last listed (monotonic seconds).
+        self._listed: dict[str, float] = {}
 
     def alive(self) -> bool:
         return not self._stop.is_set()
@@ -195,8 +201,21 @@ class _Watcher:
 
     def _arm_topic(self, consumer: Any, topic: str, assigned: dict[str, list[int]]) -> None:
         """Puts ``topic``'s partitions at their ends now (explicit offsets, so the ends
-        are known when :meth:`Watch.armed` returns): a message from then on wakes."""
-        ends = self._ends(consumer, topic)
+        are known when :meth:`Watch.armed` returns): a message from then on wakes. A
+        re-arm within :data:`PARTITIONS_TTL` of the last listing skips listing the
+        partitions again (a metadata round trip, most of a re-arm)."""
+        from confluent_kafka import TopicPartition
+
+        now = time.monotonic()
+        known_for = now - self._listed.get(topic, -PARTITIONS_TTL)
+        if assigned.get(topic) and known_for < PARTITIONS_TTL:
+            ends = [
+                TopicPartition(topic, p, self._high(consumer, topic, p)) for p in assigned[topic]
+            ]
+        else:
+            ends = self._ends(consumer, topic)
+            if ends:
+                self._listed[topic] = now
         known = assigned.get(topic, [])
         again = [tp for tp in ends if tp.partition in known]
         for tp in again:
@@ -226,10 +245,17 @@ class _Watcher:
         meta = consumer.list_topics(topic, timeout=5).topics.get(topic)
         if meta is None or meta.error is not None:
             return []
-        ends = []
-        for p in sorted(meta.partitions):
-            _, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=5, cached=False
-            )
-            ends.append(TopicPartition(topic, p, high))
-        return ends
+        return [
+            TopicPartition(topic, p, _Watcher._high(consumer, topic, p))
+            for p in sorted(meta.partitions)
+        ]
+
+    @staticmethod
+    def _high(consumer: Any, topic: str, partition: int) -> int:
+        """The partition's high watermark now (asked of the broker)."""
+        from confluent_kafka import TopicPartition
+
+        _, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=5, cached=False
+        )
+        return int(high)
