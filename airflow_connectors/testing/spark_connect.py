@@ -64,6 +64,19 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def started_at(pid: int) -> str | None:
+    """When process ``pid`` started (``/proc/<pid>/stat``'s start time, in clock ticks
+    since boot; None: gone). A pid and this name one process: the system gives a free
+    pid to the next process (within seconds where ``pid_max`` is 32768 and a suite
+    starts thousands), so a pid remembered across a wait is checked before a signal."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
 def port_open(port: int, host: str = LOOPBACK) -> bool:
     """Whether something accepts TCP connections on ``host:port``."""
     with socket.socket() as s:
@@ -247,9 +260,11 @@ class SparkConnectServer:
         """The end of the server's log."""
         return file_tail(self.log_path, lines)
 
-    def _signal_all(self, sig: signal.Signals) -> list[int]:
+    def _signal_all(self, sig: signal.Signals) -> dict[int, str]:
+        """Sends ``sig`` to the server's group and every process below it; returns
+        those processes (pid -> start time, see :func:`started_at`)."""
         assert self.proc is not None
-        below = descendants(self.proc.pid)
+        below = {pid: start for pid in descendants(self.proc.pid) if (start := started_at(pid))}
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, sig)
         for pid in below:
@@ -273,9 +288,12 @@ class SparkConnectServer:
                 self.proc.wait(timeout=20)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            for pid in below:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+            for pid, start in below.items():
+                # Up to 20 s later: only a process that is still the one signalled (its
+                # pid may be another process's by now, on this machine or a test's).
+                if started_at(pid) == start:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
             self.proc.wait()
         if self._log is not None:
             self._log.close()
