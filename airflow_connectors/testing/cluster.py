@@ -86,7 +86,9 @@ from airflow_connectors.testing.standalone import (
     file_tail,
     free_port,
     port_free,
+    proc_stat,
     processes_with,
+    start_time,
     terminate,
 )
 
@@ -168,26 +170,11 @@ def _pick_redis_db() -> int:
     )
 
 
-def _stat(pid: int) -> list[str]:
-    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, pgrp, ...)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
-def start_time(pid: int | None) -> int | None:
-    """When process ``pid`` started (clock ticks since boot): with the PID, it names one
-    process, never a later one that reuses the PID."""
-    fields = _stat(pid) if pid is not None else []
-    return int(fields[19]) if len(fields) > 19 else None
-
-
 def descendants(pid: int) -> list[int]:
     """The children of ``pid``, their children, and so on (Linux ``/proc``)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").glob("[0-9]*"):
-        fields = _stat(int(entry.name))
+        fields = proc_stat(int(entry.name))
         if len(fields) > 1:
             children.setdefault(int(fields[1]), []).append(int(entry.name))
     found, todo = [], [pid]

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO
 
 from airflow_connectors.testing.spark_standalone import LOOPBACK, spark_home
-from airflow_connectors.testing.standalone import file_tail, free_port
+from airflow_connectors.testing.standalone import file_tail, free_port, start_time
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # What the server logs once its gRPC service listens (SparkConnectServer.main).
@@ -62,19 +62,6 @@ def descendants(pid: int) -> list[int]:
             out.append(child)
             todo.append(child)
     return out
-
-
-def started_at(pid: int) -> str | None:
-    """When process ``pid`` started (``/proc/<pid>/stat``'s start time, in clock ticks
-    since boot; None: gone). A pid and this name one process: the system gives a free
-    pid to the next process (within seconds where ``pid_max`` is 32768 and a suite
-    starts thousands), so a pid remembered across a wait is checked before a signal."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else None
 
 
 def port_open(port: int, host: str = LOOPBACK) -> bool:
@@ -260,11 +247,11 @@ class SparkConnectServer:
         """The end of the server's log."""
         return file_tail(self.log_path, lines)
 
-    def _signal_all(self, sig: signal.Signals) -> dict[int, str]:
+    def _signal_all(self, sig: signal.Signals) -> dict[int, int]:
         """Sends ``sig`` to the server's group and every process below it; returns
-        those processes (pid -> start time, see :func:`started_at`)."""
+        those processes (pid -> :func:`start_time`)."""
         assert self.proc is not None
-        below = {pid: start for pid in descendants(self.proc.pid) if (start := started_at(pid))}
+        below = {pid: start for pid in descendants(self.proc.pid) if (start := start_time(pid))}
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, sig)
         for pid in below:
@@ -291,7 +278,7 @@ class SparkConnectServer:
             for pid, start in below.items():
                 # Up to 20 s later: only a process that is still the one signalled (its
                 # pid may be another process's by now, on this machine or a test's).
-                if started_at(pid) == start:
+                if start_time(pid) == start:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, signal.SIGKILL)
             self.proc.wait()

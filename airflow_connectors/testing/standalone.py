@@ -96,10 +96,25 @@ def alive(pid: int) -> bool:
 
 
 def _zombie(pid: int) -> bool:
+    fields = proc_stat(pid)
+    return bool(fields) and fields[0] == "Z"
+
+
+def proc_stat(pid: int) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, pgrp, ...);
+    empty when the process is gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return False
+        return []
+
+
+def start_time(pid: int | None) -> int | None:
+    """When process ``pid`` started (clock ticks since boot): with the PID, it names one
+    process, never a later one that reuses the PID (this machine's ``pid_max`` is 32768,
+    and a suite reuses PIDs within seconds)."""
+    fields = proc_stat(pid) if pid is not None else []
+    return int(fields[19]) if len(fields) > 19 else None
 
 
 def file_tail(path: Path, lines: int = 20) -> str:
