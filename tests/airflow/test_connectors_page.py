@@ -212,6 +212,21 @@ def wait_for(what: str, check: Any, timeout: float = 30) -> Any:
     pytest.fail(f"{what}: not seen in {timeout:.0f} s (last: {last!r})")
 
 
+def read(what: str, reading: Any, timeout: float = 30) -> Any:
+    """``reading()``'s value, read again when a refresh replaced an element it held
+    (a stale element): the page re-renders what changed every 3 s."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return reading()
+        except StaleElementReferenceException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def shown(browser: Any) -> list[str]:
     from selenium.webdriver.common.by import By
 
@@ -366,107 +381,168 @@ def test_detail_shows_batches_chart_schema_and_links(ui: Ui, browser: Any) -> No
     from selenium.webdriver.common.by import By
 
     name = "uip.events.files"
-    detail = open_detail(browser, name)
-    rows = wait_for(
-        "two batches",
-        lambda: (
-            [tr for tr in detail.find_elements(By.CSS_SELECTOR, "table.batches tbody tr")]
-            if len(detail.find_elements(By.CSS_SELECTOR, "table.batches tbody tr")) == 2
-            else None
-        ),
-    )
-    counts = sorted(int(tr.find_element(By.CSS_SELECTOR, "td.rows").text) for tr in rows)
-    assert counts == sorted(len(ids) for ids in FILES.values())
-    assert all(tr.find_element(By.CSS_SELECTOR, ".state").text == "committed" for tr in rows)
-    assert all(float(tr.find_element(By.CSS_SELECTOR, "td.duration").text) > 0 for tr in rows)
-    assert all(tr.find_element(By.CSS_SELECTOR, "td.errors").text == "0" for tr in rows)
+    detail = open_detail(browser, name)  # its children are replaced when its data changes
+
+    def batches() -> list[dict[str, str]]:
+        return [
+            {
+                "batch": tr.get_attribute("data-batch"),
+                **{
+                    cell: tr.find_element(By.CSS_SELECTOR, css).text
+                    for cell, css in (
+                        ("rows", "td.rows"),
+                        ("state", ".state"),
+                        ("duration", "td.duration"),
+                        ("errors", "td.errors"),
+                    )
+                },
+            }
+            for tr in detail.find_elements(By.CSS_SELECTOR, "table.batches tbody tr")
+        ]
+
+    wait_for("two batches", lambda: len(read("the batches", batches)) == 2)
+
+    def shown_detail() -> dict[str, Any]:
+        return {
+            "batches": batches(),
+            "points": {
+                p.get_attribute("data-batch"): p.get_attribute("data-value")
+                for p in detail.find_elements(By.CSS_SELECTOR, "svg.throughput circle.point")
+            },
+            "declared": [
+                tr.text for tr in detail.find_elements(By.CSS_SELECTOR, "table.schema-declared tr")
+            ],
+            "hrefs": {
+                cls: detail.find_element(By.CSS_SELECTOR, f"a.{cls}").get_attribute("href")
+                for cls in ("link-dag", "link-runs", "link-asset")
+            },
+            "run_links": [
+                a.get_attribute("href") for a in detail.find_elements(By.CSS_SELECTOR, "a.run-link")
+            ],
+        }
+
+    seen = read("the connector's detail", shown_detail)
+    rows = seen["batches"]
+    assert sorted(int(r["rows"]) for r in rows) == sorted(len(ids) for ids in FILES.values())
+    assert all(r["state"] == "committed" for r in rows)
+    assert all(float(r["duration"]) > 0 for r in rows)
+    assert all(r["errors"] == "0" for r in rows)
     # One point per batch, each one its batch's records/s.
-    points = detail.find_elements(By.CSS_SELECTOR, "svg.throughput circle.point")
-    assert sorted(p.get_attribute("data-batch") for p in points) == sorted(
-        tr.get_attribute("data-batch") for tr in rows
-    )
-    assert all(float(p.get_attribute("data-value")) > 0 for p in points)
+    assert sorted(seen["points"]) == sorted(r["batch"] for r in rows)
+    assert all(float(v) > 0 for v in seen["points"].values())
     # The declared schema; no versions stored for declared columns.
-    assert [
-        tr.text for tr in detail.find_elements(By.CSS_SELECTOR, "table.schema-declared tr")
-    ] == ["id BIGINT NOT NULL"]
+    assert seen["declared"] == ["id BIGINT NOT NULL"]
     # Links into Airflow 3's UI: the DAG, its runs, the asset its `finished` task emits.
     assets = ui.airflow.client.get(
         "/api/v2/assets", params={"uri_pattern": "connector://uip/events/files"}
     ).json()["assets"]
     asset_id = next(a["id"] for a in assets if a["uri"] == "connector://uip/events/files")
-    hrefs = {
-        cls: detail.find_element(By.CSS_SELECTOR, f"a.{cls}").get_attribute("href")
-        for cls in ("link-dag", "link-runs", "link-asset")
-    }
     url = ui.airflow.url
-    assert hrefs == {
+    assert seen["hrefs"] == {
         "link-dag": f"{url}/dags/{name}",
         "link-runs": f"{url}/dags/{name}/runs",
         "link-asset": f"{url}/assets/{asset_id}",
     }
     run_ids = {r["dag_run_id"] for r in ui.airflow.runs(name)}
-    run_links = [
-        a.get_attribute("href") for a in detail.find_elements(By.CSS_SELECTOR, "a.run-link")
-    ]
+    run_links = seen["run_links"]
     assert run_links and all(
         any(h == f"{url}/dags/{name}/runs/{r}" for r in run_ids) for h in run_links
     )
     browser.save_screenshot(str(ARTIFACTS / "detail-batches-chart.png"))
 
     inferred = open_detail(browser, "uimany.t00.c0")
-    versions = wait_for(
-        "two schema versions",
-        lambda: (
-            inferred.find_elements(By.CSS_SELECTOR, ".schema-version")
-            if len(inferred.find_elements(By.CSS_SELECTOR, ".schema-version")) == 2
-            else None
-        ),
+
+    def versions() -> list[tuple[str, str]]:
+        return [
+            (v.get_attribute("data-version"), v.text)
+            for v in inferred.find_elements(By.CSS_SELECTOR, ".schema-version")
+        ]
+
+    wait_for("two schema versions", lambda: len(read("the versions", versions)) == 2)
+    assert [v for v, _ in read("the versions", versions)] == ["2", "1"]  # newest first
+    assert "id BIGINT, note VARCHAR" in read("the versions", versions)[0][1]
+    assert "columns inferred" in read(
+        "the schema", lambda: inferred.find_element(By.CSS_SELECTOR, ".schema").text
     )
-    assert [v.get_attribute("data-version") for v in versions] == ["2", "1"]  # newest first
-    assert "id BIGINT, note VARCHAR" in versions[0].text
-    assert "columns inferred" in inferred.find_element(By.CSS_SELECTOR, ".schema").text
     browser.save_screenshot(str(ARTIFACTS / "detail-schema-versions.png"))
 
 
 def test_detail_shows_backlog_and_the_blocker(ui: Ui, browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
-    flaky = open_detail(browser, "uip.bad.flaky")
+    open_detail(browser, "uip.bad.flaky")
+
+    def flaky() -> Any:
+        return browser.find_element(By.CSS_SELECTOR, '#detail[data-connector="uip.bad.flaky"]')
+
     wait_for(
-        "the failed batch", lambda: flaky.find_elements(By.CSS_SELECTOR, "table.batches tbody tr")
+        "the failed batch", lambda: flaky().find_elements(By.CSS_SELECTOR, "table.batches tbody tr")
     )
-    field = {
-        dd.get_attribute("data-field"): dd.text
-        for dd in flaky.find_elements(By.CSS_SELECTOR, "dl.backlog dd")
-    }
+
+    def backlog() -> tuple[dict[str, str], list[tuple[str, str]], int]:
+        detail = flaky()
+        field = {
+            dd.get_attribute("data-field"): dd.text
+            for dd in detail.find_elements(By.CSS_SELECTOR, "dl.backlog dd")
+        }
+        batches = [
+            (
+                tr.find_element(By.CSS_SELECTOR, ".state").text,
+                tr.find_element(By.CSS_SELECTOR, "td.errors").text,
+            )
+            for tr in detail.find_elements(By.CSS_SELECTOR, "table.batches tbody tr")
+        ]
+        return (
+            field,
+            batches,
+            len(detail.find_elements(By.CSS_SELECTOR, "svg.throughput circle.point")),
+        )
+
+    field, batches, points = read("the failed connector's detail", backlog)
     assert (field["batches"], field["objects"], field["bytes"]) == ("1", "1", str(len(BAD)))
     assert field["lag"] == "—"  # files: a lag the transport cannot tell (sequence sources can)
-    [batch] = flaky.find_elements(By.CSS_SELECTOR, "table.batches tbody tr")
-    assert batch.find_element(By.CSS_SELECTOR, ".state").text == "failed"
-    assert int(batch.find_element(By.CSS_SELECTOR, "td.errors").text) >= 1
-    assert flaky.find_elements(By.CSS_SELECTOR, "svg.throughput circle.point") == []
+    [(state, errors)] = batches
+    assert state == "failed"
+    assert int(errors) >= 1
+    assert points == 0
     browser.save_screenshot(str(ARTIFACTS / "detail-backlog.png"))
-
-    held = open_detail(browser, "uip.later.after")
-    text = wait_for("the blocker", lambda: held.find_element(By.CSS_SELECTOR, ".held-by").text)
-    assert text == "held by bad.flaky: not finished"
-    holding = {
-        li.get_attribute("data-connector"): li.get_attribute("data-holding")
-        for li in held.find_elements(By.CSS_SELECTOR, "ul.waits-for li")
-    }
-    assert holding == {"events.files": "false", "bad.flaky": "true"}
-    assert (
-        "waits (start_after events.loaded, bad.loaded) for bad.flaky"
-        in held.find_element(By.CSS_SELECTOR, ".gate").text
+    # A refresh that brings the same detail keeps its elements (a selection or a hovered
+    # link survives): one marked now is still there two refreshes (3 s each) later.
+    browser.execute_script("document.querySelector('#detail h2').dataset.kept = 'yes'")
+    time.sleep(6.5)
+    assert browser.execute_script("return document.querySelector('#detail h2').dataset.kept") == (
+        "yes"
     )
+
+    open_detail(browser, "uip.later.after")
+
+    def held() -> Any:
+        return browser.find_element(By.CSS_SELECTOR, '#detail[data-connector="uip.later.after"]')
+
+    text = wait_for("the blocker", lambda: held().find_element(By.CSS_SELECTOR, ".held-by").text)
+    assert text == "held by bad.flaky: not finished"
+
+    def waits() -> tuple[dict[str, str], str, str, str]:
+        detail = held()
+        holding = {
+            li.get_attribute("data-connector"): li.get_attribute("data-holding")
+            for li in detail.find_elements(By.CSS_SELECTOR, "ul.waits-for li")
+        }
+        last = detail.find_element(By.CSS_SELECTOR, ".last-run")
+        return (
+            holding,
+            detail.find_element(By.CSS_SELECTOR, ".gate").text,
+            last.text,
+            last.find_element(By.CSS_SELECTOR, "a").get_attribute("href"),
+        )
+
+    holding, gate, last_run, last_href = read("the held connector's detail", waits)
+    assert holding == {"events.files": "false", "bad.flaky": "true"}
+    assert "waits (start_after events.loaded, bad.loaded) for bad.flaky" in gate
     # Its run was held at the gate.
     [run] = [r["dag_run_id"] for r in ui.airflow.runs("uip.later.after")]
-    last = held.find_element(By.CSS_SELECTOR, ".last-run")
-    assert last.text == f"latest run {run}: success, gate skipped (the gate held the run)"
-    assert last.find_element(By.CSS_SELECTOR, "a").get_attribute("href") == (
-        f"{ui.airflow.url}/dags/uip.later.after/runs/{run}"
-    )
+    assert last_run == f"latest run {run}: success, gate skipped (the gate held the run)"
+    assert last_href == f"{ui.airflow.url}/dags/uip.later.after/runs/{run}"
     # The pipeline's graph: the arrow from the blocker is the one marked holding.
     edges = {
         (e.get_attribute("data-from"), e.get_attribute("data-holding"))
