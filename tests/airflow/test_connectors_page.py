@@ -230,10 +230,14 @@ def read(what: str, reading: Any, timeout: float = 30) -> Any:
 def shown(browser: Any) -> list[str]:
     from selenium.webdriver.common.by import By
 
-    return [
-        tr.get_attribute("data-connector")
-        for tr in browser.find_elements(By.CSS_SELECTOR, "table.connectors tbody tr")
-    ]
+    rows: list[str] = read(
+        "the rows",
+        lambda: [
+            tr.get_attribute("data-connector")
+            for tr in browser.find_elements(By.CSS_SELECTOR, "table.connectors tbody tr")
+        ],
+    )
+    return rows
 
 
 def set_filter(browser: Any, text: str, status: str = "") -> None:
@@ -573,20 +577,27 @@ def log_in(browser: Any, ui: Ui, token: str) -> None:
 def buttons(browser: Any, name: str) -> list[str]:
     from selenium.webdriver.common.by import By
 
-    return [
-        b.get_attribute("data-action")
-        for b in browser.find_elements(By.CSS_SELECTOR, f'tr[data-connector="{name}"] button')
-        if b.get_attribute("data-action")
-    ]
+    actions: list[str] = read(
+        f"the buttons of {name}",
+        lambda: [
+            b.get_attribute("data-action")
+            for b in browser.find_elements(By.CSS_SELECTOR, f'tr[data-connector="{name}"] button')
+            if b.get_attribute("data-action")
+        ],
+    )
+    return actions
 
 
 def notice(browser: Any, name: str, kind: str) -> str:
     from selenium.webdriver.common.by import By
 
-    found = browser.find_elements(
-        By.CSS_SELECTOR, f'tr[data-connector="{name}"] .notice[data-kind="{kind}"] .notice-text'
-    )
-    return str(found[0].text) if found else ""
+    def text() -> str:
+        found = browser.find_elements(
+            By.CSS_SELECTOR, f'tr[data-connector="{name}"] .notice[data-kind="{kind}"] .notice-text'
+        )
+        return str(found[0].text) if found else ""
+
+    return str(read(f"the {kind} notice of {name}", text))
 
 
 def dag_paused(ui: Ui, dag_id: str) -> bool:
