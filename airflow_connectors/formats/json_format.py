@@ -606,7 +606,11 @@ def _changes_of(raw: pa.Table) -> tuple[pa.Table, list[int]]:
     return table, updates
 
 
-_BARE_NULL = re.compile(rb"(?m)^[ \t\r]*null[ \t\r]*$")
+#: A line that is a bare ``null``, after a line end: a literal first character lets the
+#: regex engine skip to line ends (a ``(?m)^`` pattern is tried at every byte, 15x
+#: slower). The block's first line is :data:`_FIRST_NULL`'s.
+_BARE_NULL = re.compile(rb"\n[ \t\r]*null[ \t\r]*(?:\n|$)")
+_FIRST_NULL = re.compile(rb"[ \t\r]*null[ \t\r]*(?:\n|$)")
 
 
 def _suspect(block: bytes) -> bool:
@@ -616,8 +620,9 @@ def _suspect(block: bytes) -> bool:
         block.decode("utf-8")
     except UnicodeDecodeError:
         return True
-    # The regex costs a third of a block's decode; most blocks hold no "null" at all.
-    return b"null" in block and _BARE_NULL.search(block) is not None
+    return b"null" in block and (
+        _FIRST_NULL.match(block) is not None or _BARE_NULL.search(block) is not None
+    )
 
 
 _LBRACE = ord("{")

@@ -170,6 +170,19 @@ def test_json_invalid_utf8_is_a_parse_error_with_raw_bytes_escaped() -> None:
     assert rows(array) == [] and "invalid UTF-8" in errs(array)[0][1]
 
 
+@pytest.mark.parametrize(
+    "data",
+    [b' null \r\n{"id": 1}\n', b'{"id": 1}\r\n\tnull\r\n', b'{"id": 1}\nnull'],
+    ids=["first-line-blanks-crlf", "tab-crlf", "last-line-no-newline"],
+)
+def test_json_bare_null_line_anywhere_is_its_records_dead_letter(data: bytes) -> None:
+    out = decode("json", data, {"update_format": "raw", "lines": "single"})
+    assert [r["id"] for r in rows(out)] == [1]
+    [(number, error, _)] = errs(out)
+    assert "expected a JSON object per record, got null" in error
+    assert number == (1 if data.lstrip().startswith(b"null") else 2)
+
+
 @pytest.mark.parametrize("bare", [b"null", b"5", b'"x"', b"[]", b"true"])
 def test_json_record_that_is_not_an_object_is_a_parse_error(bare: bytes) -> None:
     # A bare null at the start of a block crashed pyarrow's reader (the whole worker).
