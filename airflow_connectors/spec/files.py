@@ -5,6 +5,7 @@ YAML is read with 1.2 booleans, so ``on``/``off``/``yes``/``no`` stay strings.""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -94,8 +95,24 @@ def read_spec_file(path: str | Path, *, pipeline: str | None = None) -> SpecFile
 
 
 def _load_yaml(text: str) -> tuple[Any, list[SpecError]]:
-    """The YAML document and its duplicate keys (PyYAML would silently keep the last)."""
-    loader = _yaml_loader()(text)
+    """The YAML document and its duplicate keys (PyYAML would silently keep the last).
+
+    Read with libyaml's parser when PyYAML has it (five times faster: a DAG file renders
+    its spec on every parse); a document it rejects is read again by the pure-Python
+    parser, whose messages quote the offending line."""
+    import yaml
+
+    fast, pure = _yaml_loaders()
+    if fast is None:
+        return _load_yaml_with(pure, text)
+    try:
+        return _load_yaml_with(fast, text)
+    except yaml.YAMLError:
+        return _load_yaml_with(pure, text)
+
+
+def _load_yaml_with(loader_class: Any, text: str) -> tuple[Any, list[SpecError]]:
+    loader = loader_class(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -150,22 +167,45 @@ def _duplicate_keys(loader: Any, root: Any) -> list[SpecError]:
     return [error for _, error in sorted(found, key=lambda f: f[0])]
 
 
-def _yaml_loader() -> Any:
-    """A safe loader with YAML 1.2 booleans: only true/false are booleans, so keys and
-    values such as ``on``, ``off``, ``yes`` and ``no`` stay strings (``trigger: {on:
-    new_data}``)."""
+@functools.cache
+def _yaml_loaders() -> tuple[Any, Any]:
+    """(libyaml-backed loader or None when PyYAML was built without libyaml, pure-Python
+    loader): safe loaders with YAML 1.2 booleans: only true/false are booleans, so keys
+    and values such as ``on``, ``off``, ``yes`` and ``no`` stay strings (``trigger: {on:
+    new_data}``).
+
+    The libyaml one scans and parses in C but composes the nodes with PyYAML's Python
+    composer: libyaml's own composer recurses in C without a depth check and crashes
+    the interpreter on a document nested a hundred thousand deep, where Python's raises
+    ``RecursionError`` (reported as one error). Both give the same nodes, with their
+    lines, so duplicate keys are found and reported alike."""
     import yaml
+    from yaml.composer import Composer
+
+    resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def with_yaml12_booleans(loader: Any) -> Any:
+        loader.yaml_implicit_resolvers = {k: list(v) for k, v in resolvers.items()}
+        loader.add_implicit_resolver(
+            "tag:yaml.org,2002:bool",
+            re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+            list("tTfF"),
+        )
+        return loader
 
     class Loader(yaml.SafeLoader):
         pass
 
-    Loader.yaml_implicit_resolvers = {
-        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:bool",
-        re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-        list("tTfF"),
-    )
-    return Loader
+    c_safe_loader: Any = getattr(yaml, "CSafeLoader", None)
+    if c_safe_loader is None:
+        return None, with_yaml12_booleans(Loader)
+
+    class CLoader(Composer, c_safe_loader):  # type: ignore[misc]
+        def __init__(self, stream: str) -> None:
+            c_safe_loader.__init__(self, stream)
+            Composer.__init__(self)
+
+    return with_yaml12_booleans(CLoader), with_yaml12_booleans(Loader)

@@ -15,13 +15,34 @@ from airflow_connectors.spec.models import ConnectorSpec, PipelineSpec, TableSpe
 
 
 def label_carriers(pipeline: PipelineSpec, labels: tuple[str, ...] | list[str]) -> list[str]:
-    """``table.connector`` of every connector carrying one of ``labels``."""
-    wanted = set(labels)
-    return [
-        f"{table.name}.{other.name}"
-        for table, other in pipeline.connectors()
-        if not wanted.isdisjoint(other.labels)
-    ]
+    """``table.connector`` of every connector carrying one of ``labels``, in declaration
+    order. Rendering asks this for every connector of a pipeline: the carriers are
+    indexed once per pipeline (:func:`_label_index`), not scanned on each call."""
+    if not labels:
+        return []
+    index = _label_index(pipeline)
+    found = {position for label in labels for position in index.get(label, ())}
+    return [endpoint for _, endpoint in sorted(found)]
+
+
+#: The tables of the pipeline last indexed and its index (one entry: a DAG file renders
+#: one pipeline at a time). The tables themselves are kept, not their id, so a new
+#: pipeline can never be taken for the last one; specs are immutable.
+_last_index: tuple[tuple[TableSpec, ...], dict[str, list[tuple[int, str]]]] | None = None
+
+
+def _label_index(pipeline: PipelineSpec) -> dict[str, list[tuple[int, str]]]:
+    """label -> (position in the pipeline, ``table.connector``) of its carriers."""
+    global _last_index
+    last = _last_index
+    if last is not None and last[0] is pipeline.tables:
+        return last[1]
+    index: dict[str, list[tuple[int, str]]] = {}
+    for position, (table, connector) in enumerate(pipeline.connectors()):
+        for label in dict.fromkeys(connector.labels):
+            index.setdefault(label, []).append((position, f"{table.name}.{connector.name}"))
+    _last_index = (pipeline.tables, index)
+    return index
 
 
 def start_order(

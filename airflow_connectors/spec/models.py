@@ -9,6 +9,7 @@ The JSON shape of a connector is Feldera's (``name``, ``paused``, ``labels``,
 from __future__ import annotations
 
 import datetime
+import functools
 import re
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -150,6 +151,15 @@ CRON_PRESETS = {
 }
 
 
+@functools.lru_cache(maxsize=256)
+def _valid_cron(expression: str) -> bool:
+    """Whether croniter reads ``expression``; once per expression (a pipeline's
+    thousands of connectors share a handful of schedules)."""
+    from croniter import croniter
+
+    return bool(croniter.is_valid(expression))
+
+
 class TriggerSpec(StrictConfig):
     """When discovery runs under Airflow (Pulsar's triggerers).
 
@@ -174,13 +184,11 @@ class TriggerSpec(StrictConfig):
     def _cron(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        from croniter import croniter
-
         if value.startswith("@") and value not in CRON_PRESETS:
             raise ValueError(
                 f"unknown cron preset {value!r}; use one of {', '.join(CRON_PRESETS)} or a cron expression such as '*/5 * * * *'"
             )
-        if not croniter.is_valid(CRON_PRESETS.get(value, value)):
+        if not _valid_cron(CRON_PRESETS.get(value, value)):
             raise ValueError(
                 f"{value!r} is not a cron expression; expected 5 fields (minute hour day month weekday) such as '0 * * * *', or a preset ({', '.join(CRON_PRESETS)})"
             )

@@ -16,6 +16,7 @@ Spark.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -39,8 +40,10 @@ _USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*:)[^@/
 _QUERY = re.compile(r"(?P<head>[?&](?P<name>[A-Za-z0-9_.\-]+)=)(?P<value>[^&#\s\"']+)")
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
-    """Whether a config field or query parameter of this name holds a secret."""
+    """Whether a config field or query parameter of this name holds a secret (cached:
+    configs repeat a few field names thousands of times)."""
     return bool(_SECRET_NAME.search(name))
 
 
@@ -51,9 +54,10 @@ def is_secret_option(name: str) -> bool:
     return is_secret_name(name) or is_secret_name(name.replace(".", "_"))
 
 
+@functools.lru_cache(maxsize=256)
 def secret_fields(model: type[BaseModel] | None) -> frozenset[str]:
     """Fields a config model marks secret: ``SecretStr``/``SecretBytes`` fields and those
-    with ``json_schema_extra={"secret": True}``."""
+    with ``json_schema_extra={"secret": True}`` (once per model: its fields are fixed)."""
     if model is None:
         return frozenset()
     found = set()
@@ -73,6 +77,8 @@ def secret_fields(model: type[BaseModel] | None) -> frozenset[str]:
 
 def mask_url(value: str) -> str:
     """``value`` with URL passwords and secret query parameters masked."""
+    if "@" not in value and "=" not in value:
+        return value  # neither a userinfo nor a query parameter (most values: paths, names)
     value = _USERINFO.sub(lambda m: m.group("head") + MASK + "@", value)
     return _QUERY.sub(
         lambda m: m.group("head") + MASK if is_secret_name(m.group("name")) else m.group(0),
@@ -83,7 +89,7 @@ def mask_url(value: str) -> str:
 def mask_config(value: Any, secret: Iterable[str] = (), _key: str = "") -> Any:
     """A copy of a config (nested dicts/lists) with secret fields and URL passwords
     masked. ``secret`` adds field names a config model marks secret."""
-    names = frozenset(secret)
+    names = secret if isinstance(secret, frozenset) else frozenset(secret)
     if isinstance(value, dict):
         return {k: mask_config(v, names, str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

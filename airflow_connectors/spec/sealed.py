@@ -188,7 +188,7 @@ def seal(value: Any, secret: Iterable[str] = (), _key: str = "") -> Any:
     """A copy of a config (nested dicts and lists) with every secret value sealed: the
     values :func:`.redact.mask_config` would mask (``secret`` adds field names a config
     model marks secret)."""
-    names = frozenset(secret)
+    names = secret if isinstance(secret, frozenset) else frozenset(secret)
     if isinstance(value, dict):
         return {k: seal(v, names, str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -101,9 +102,11 @@ class SqlType:
         }.get(self.kind, self.kind)
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_type(text: str) -> tuple[SqlType, bool]:
     """Parse ``"BIGINT NOT NULL"`` into (type, nullable). Raises ``ValueError`` with a
-    message that lists the supported types."""
+    message that lists the supported types. Once per text: the tables of a pipeline
+    repeat a few types, and sqlglot takes a millisecond a column."""
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import ParseError
