@@ -10,7 +10,9 @@ process stops:
 
 The points, in the order a batch passes them: ``before_sink_write``,
 ``sink_write_started``, ``after_sink_write``, ``after_widened_write`` (a batch that
-added columns, staged again with them, before its commit), ``after_commit`` (:mod:`airflow_connectors.engine.batch`) and
+added columns, staged again with them, before its commit), ``mid_combine`` (small staged
+parts written as one file, before they are deleted: :mod:`airflow_connectors.sinks.combine`),
+``after_commit`` (:mod:`airflow_connectors.engine.batch`) and
 ``mid_publish`` (the Parquet sink, after publishing one part of a committed batch while
 more remain), ``iceberg_committed`` (the Iceberg sink, after its commit of a batch and
 before the engine marks the batch published), ``delta_committed`` (the same in the Delta

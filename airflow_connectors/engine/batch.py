@@ -164,6 +164,9 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
                 return _fail(store, ctx, widened.sink, message, "transport")
             failpoints.reach("after_widened_write")
             written = widened
+        combined = _combine(store, ctx, written)
+        if combined is not None:
+            return combined
         try:
             return _commit(store, ctx, base, written, t0, batch.created_at)
         except SchemaConflict:
@@ -274,6 +277,28 @@ def _write(
     )
     columns = (*ctx.table.columns, *added)
     return _Wider(sink, ctx.table.model_copy(update={"columns": columns}))
+
+
+def _combine(store: StateStore, ctx: BatchContext, written: _Written) -> BatchResult | None:
+    """Combines the attempt's small staged parts into one file per kind before the
+    commit (:mod:`airflow_connectors.sinks.combine`); a failure fails the batch, which
+    the next run retries."""
+    from airflow_connectors.sinks.combine import combine_small_parts
+
+    try:
+        combined = combine_small_parts(written.sink, ctx.batch_id, ctx.attempt)
+    except SinkUnwritable as exc:
+        return _fail(store, ctx, written.sink, f"connector {ctx.ref}: {exc}", "transport", exc)
+    for kind, (parts, nbytes) in combined.items():
+        log.info(
+            "%s batch %d: %d small %s part(s) of %d bytes in all combined into one file",
+            ctx.ref,
+            ctx.batch_id,
+            parts,
+            "row" if kind == "rows" else "dead-letter",
+            nbytes,
+        )
+    return None
 
 
 def _commit(

@@ -124,6 +124,13 @@ class Sink(ABC):
     def writer(self, batch_id: int, attempt: str, part: int, kind: Kind) -> PartWriter:
         """A writer for one part; runs inside Spark executors."""
 
+    def staged_folder(self, batch_id: int, attempt: str, kind: Kind) -> str | None:
+        """The folder (path or URL) where ``attempt`` stages its Parquet parts of
+        ``kind``, the files its publish lists: the engine combines the small ones there
+        before the batch commits (:mod:`.combine`). None (the default): the sink stages
+        no Parquet files (a database's staging table)."""
+        return None
+
     @abstractmethod
     def publish(self, batch_id: int, attempt: str) -> None:
         """Make a committed attempt visible. Idempotent: called again after a crash."""

@@ -335,6 +335,10 @@ class DeltaSink(Sink):
             failed=lambda e: SinkUnwritable(f"{_fs.describe_error(folder, e)}; {REMEDY}"),
         )
 
+    def staged_folder(self, batch_id: int, attempt: str, kind: Kind) -> str | None:
+        """The attempt's folder of ``kind`` inside the table (its commit lists it)."""
+        return self._attempt_dir(kind, batch_id, attempt)
+
     # -- publish -------------------------------------------------------------------
 
     def publish(self, batch_id: int, attempt: str) -> None:

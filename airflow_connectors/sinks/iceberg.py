@@ -338,6 +338,10 @@ class IcebergSink(Sink):
             return _ChangesPart(out, self.staged_schema(kind))
         return out
 
+    def staged_folder(self, batch_id: int, attempt: str, kind: Kind) -> str | None:
+        """The attempt's folder of ``kind`` in the table's ``data`` folder."""
+        return self._attempt_folder(batch_id, attempt, kind)
+
     def publish(self, batch_id: int, attempt: str) -> None:
         """Appends the attempt's parts to the table (then to its dead-letter table) in one
         Iceberg commit each, unless a snapshot already carries this batch; then removes

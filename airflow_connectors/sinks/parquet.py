@@ -175,6 +175,10 @@ class ParquetSink(Sink):
             folder, lambda _: name, compression=self.config.compression, failed=failed
         )
 
+    def staged_folder(self, batch_id: int, attempt: str, kind: Kind) -> str | None:
+        """The attempt's staging folder of ``kind``."""
+        return _fs.join(self._staging(batch_id, attempt), kind)
+
     def publish(self, batch_id: int, attempt: str) -> None:
         """Moves the staged parts into the table folders (a rename each; on an object
         store a copy to the same name), then drops the batch's staging; parts already

@@ -40,6 +40,7 @@ POINTS = [
     "before_sink_write",
     "sink_write_started",
     "after_sink_write",
+    "mid_combine",
     "after_commit",
     "mid_publish",
 ]
@@ -129,12 +130,19 @@ class Case:
             store.close()
 
 
-def plan_case(root: Path, store_url: str, source: Source) -> Case:
+def plan_case(root: Path, store_url: str, source: Source, *, combine: bool = False) -> Case:
+    """``combine``: the four parts are small for the sink, so they are combined into
+    one file before the commit; else (a target size of 4 KiB: parts of 2,000 rows are
+    not small for it) four parts are published."""
     root.mkdir(parents=True)
     spec = pipeline(
         {
             "events": {
                 "columns": {"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE"},
+                "sink": {
+                    "name": "parquet",
+                    "config": {} if combine else {"target_file_size": 4096},
+                },
                 "connectors": [
                     {
                         "name": "files",
@@ -243,7 +251,9 @@ def killed(
     base = tmp_path_factory.mktemp("points")
     try:
         for point in POINTS:
-            case = plan_case(base / point, new_store(base / point), source)
+            case = plan_case(
+                base / point, new_store(base / point), source, combine=point == "mid_combine"
+            )
             cases[point] = case
             jobs[point] = start_job(
                 [case.batch_id], case.store_url, case.marks(), point, spark_master=SPARK
@@ -265,6 +275,8 @@ LEFT = {
     "before_sink_write": {"records": 0, "pending": 1, "unpublished": 0, "visible": 0},
     "sink_write_started": {"records": 0, "pending": 1, "unpublished": 0, "visible": 0},
     "after_sink_write": {"records": 0, "pending": 1, "unpublished": 0, "visible": 0},
+    # The four small parts written as one file, not all of them deleted yet.
+    "mid_combine": {"records": 0, "pending": 1, "unpublished": 0, "visible": 0},
     "after_commit": {"records": FILES * ROWS, "pending": 0, "unpublished": 1, "visible": 0},
     # One part of four moved into the table, the kill before the second.
     "mid_publish": {"records": FILES * ROWS, "pending": 0, "unpublished": 1, "visible": 1},
@@ -302,7 +314,7 @@ def test_random_kills(
     delays = [rng.uniform(0.0, RANDOM_WINDOW) for _ in range(RANDOM_KILLS)]
     print(f"random kills: AIRFLOW_CONNECTORS_TEST_SEED={seed} delays {delays}")
     cases = [
-        plan_case(tmp_path / f"k{n}", new_store(tmp_path / f"k{n}"), source)
+        plan_case(tmp_path / f"k{n}", new_store(tmp_path / f"k{n}"), source, combine=n % 2 == 0)
         for n in range(RANDOM_KILLS)
     ]
     jobs = [start_job([c.batch_id], c.store_url, c.marks(), spark_master=SPARK) for c in cases]

@@ -190,8 +190,10 @@ def test_many_small_files_land_once_in_few_tasks_and_few_files(
     tasks = tasks_of(src, spec, spark)
     files = sorted(src.iterdir())
     batch_bytes = sum(f.stat().st_size for f in files)
-    assert tasks <= 2000 // 30  # many small files to a task
-    assert 1 <= len(table_files(wh)) <= tasks + batch_bytes // (128 * MIB)
+    assert 2 <= tasks <= 2000 // 30  # many small files to a task, in more than one task
+    # The tasks' small parts were combined before the commit: one table file, as the
+    # bound 1 + batch bytes / target_file_size says.
+    assert len(table_files(wh)) == 1 + batch_bytes // (128 * MIB)
     assert staged(wh) == []
 
     st = status(sqlite_url, "p", "t", "c")
@@ -227,6 +229,52 @@ def test_parts_roll_at_the_target_file_size(spark: Any, sqlite_url: str, tmp_pat
     arrow_bytes = rows.nbytes
     assert arrow_bytes // target - 1 <= len(parts) <= arrow_bytes // target + 3
     assert len({p.name for p in parts}) == len(parts)
+
+
+def data_files(location: str) -> list[Path]:
+    """The Parquet data files under a table's folder (not a Delta log checkpoint)."""
+    return [p for p in Path(location).rglob("*.parquet") if "_delta_log" not in p.parts]
+
+
+@pytest.mark.parametrize("sink", ["parquet", "delta", "iceberg"])
+def test_small_parts_of_many_tasks_become_one_file_per_kind(
+    spark: Any, sqlite_url: str, tmp_path: Path, sink: str
+) -> None:
+    """12 small files, one Spark task each, three with a bad record: twelve small row
+    parts and three small dead-letter parts are staged, and each kind is combined into
+    one file before the commit; every row and dead letter lands once."""
+    from airflow_connectors.catalog import sink_of
+
+    src = tmp_path / "in"
+    rows = write_json_files(src, 12, 50)
+    for f in (0, 5, 11):
+        with (src / f"f{f:05d}.json").open("a") as fh:
+            fh.write('{"id": "not a number", "name": "bad"}\n')
+    wh = str(tmp_path / "wh")
+    spec = pipeline(
+        {
+            "t": {
+                "columns": COLUMNS,
+                "sink": {"name": sink},
+                "connectors": [connector(src, "json", "all", max_partition_bytes=1)],
+            }
+        }
+    )
+    assert tasks_of(src, spec, spark) == 12
+    run(spec, sqlite_url, wh, spark)
+
+    table = sink_of(spec.tables[0], pipeline="p", warehouse=wh)
+    table.state_store_url = sqlite_url
+    data = table.read("rows")
+    assert data is not None
+    assert data.select(["id", "name"]).sort_by("id").to_pydict() == rows.to_pydict()
+    dead = table.read("errors")
+    assert dead is not None and dead.num_rows == 3
+    for kind in ("rows", "errors"):
+        assert len(data_files(table.location(kind))) == 1, kind
+    st = status(sqlite_url, "p", "t", "c")
+    assert (st.total_records, st.num_parse_errors) == (600, 3)
+    assert run(spec, sqlite_url, wh, spark).batches == 0
 
 
 @pytest.fixture(scope="module")
