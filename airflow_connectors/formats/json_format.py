@@ -251,11 +251,11 @@ class JsonFormat(Format):
             cut = buf.rfind(b"\n") + 1 if more else len(buf)
             if not cut:
                 return None, 0
-            out, used = self._decode_block(buf[:cut], record, line, more)
+            out, used, newlines = self._decode_block(buf[:cut], record, line, more)
             if used:
                 record += out.records
                 if line is not None:
-                    line += buf.count(b"\n", 0, used)
+                    line += newlines if newlines is not None else buf.count(b"\n", 0, used)
             return out, used
 
         steps = text_start(step, self.name, self.schema.empty_table) if at_start else step
@@ -263,7 +263,9 @@ class JsonFormat(Format):
 
     def _decode_block(
         self, block: bytes, record: int, line: int | None, more: bool
-    ) -> tuple[Decoded, int]:
+    ) -> tuple[Decoded, int, int | None]:
+        """The block's records decoded, the bytes used, and the line ends in them when
+        counted on the way (else None)."""
         # Invalid UTF-8, or a bare `null` record (pyarrow crashes on one at the start of a
         # block), go record by record, each checked before pyarrow sees it.
         if not _suspect(block):
@@ -273,17 +275,18 @@ class JsonFormat(Format):
                 if self.config.lines == "multiple":
                     try:  # records spread over several lines (pretty-printed)?
                         table = self._decode(block, multiline=True)
-                        return Decoded(table, [], table.num_rows), len(block)
+                        return Decoded(table, [], table.num_rows), len(block), None
                     except Exception:
                         pass
             else:
                 # lines: single takes one JSON value per line: where rows and lines differ
                 # (a line of several values, or blank lines) records are counted as the
                 # slow path does. (lines: multiple reads a stream of values, as Feldera.)
-                single = self.config.lines == "single"
-                count = block.count(b"\n") + (not block.endswith(b"\n"))
-                if not single or table.num_rows == count:
-                    return Decoded(table, [], table.num_rows), len(block)
+                if self.config.lines != "single":
+                    return Decoded(table, [], table.num_rows), len(block), None
+                newlines = block.count(b"\n")
+                if table.num_rows == newlines + (not block.endswith(b"\n")):
+                    return Decoded(table, [], table.num_rows), len(block), newlines
         records = self._split(block)
         used = len(block)
         if more and records and records[-1].open:
@@ -294,7 +297,7 @@ class JsonFormat(Format):
         texts = [block[r.start : r.end].removesuffix(b"\r") for r in records]
         lines = [None if line is None else line + r.line - 1 for r in records]
         tables, errors = isolate(texts, self._decode_checked, record, clip, lines)
-        return Decoded(self._concat(tables), errors, len(records)), used
+        return Decoded(self._concat(tables), errors, len(records)), used, None
 
     def _split(self, block: bytes) -> list[_Record]:
         """The records of ``block``: non-blank lines, or (``lines: multiple``) runs of

@@ -192,3 +192,24 @@ def test_json_record_that_is_not_an_object_is_a_parse_error(bare: bytes) -> None
         [(number, error, raw)] = errs(out)
         assert "expected a JSON object per record" in error and raw == bare.decode()
         assert number == (1 if data.startswith(bare) else 2)
+
+
+def test_csv_block_checks_agree_whatever_their_window() -> None:
+    """The quote and hex checks read a block in cache-sized windows: a quote pair or a
+    ``0x`` across a window's edge is judged as in one pass over the block."""
+    import random
+
+    from airflow_connectors.formats.csv_format import _hex_prefix, _Syntax
+
+    syntax = _Syntax(",", '"', 3)
+    rng = random.Random(7)
+    alphabet = b'ab0xX,"\n'
+    for _ in range(300):
+        block = bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        quotes, hexed = syntax.quotes_in_place(block, 1 << 20), _hex_prefix(block, 1 << 20)
+        for window in (1, 2, 3, 5, 8):
+            assert syntax.quotes_in_place(block, window) == quotes, (block, window)
+            assert _hex_prefix(block, window) == hexed, (block, window)
+    assert syntax.quotes_in_place(b'1,"a",2\n3,"b""c",4\n', 4)
+    assert not syntax.quotes_in_place(b'1,"a"x,2\n', 4)  # text after a closing quote
+    assert not syntax.quotes_in_place(b'1,a"b,2\n', 4)  # a stray quote inside a field
