@@ -12,6 +12,7 @@ import yaml
 
 from airflow_connectors.catalog import parse_pipeline
 from airflow_connectors.spec import files as spec_files
+from airflow_connectors.spec import types
 from airflow_connectors.spec.graph import label_carriers
 from airflow_connectors.spec.redact import mask_config, mask_url
 
@@ -156,3 +157,32 @@ def test_mask_url_shortcut_masks_as_before(value: str) -> None:
     if "@" not in value and "=" not in value:
         assert masked == value
     assert mask_config({"password": "p4ss", "nested": {"url": value}})["password"] == "***"
+
+
+@pytest.mark.parametrize("name", sorted(types._SIMPLE_TYPES))
+def test_plain_column_types_read_without_sqlglot_as_sqlglot_reads_them(name: str) -> None:
+    for text in (
+        name,
+        name.lower(),
+        name.capitalize(),
+        f"{name} NOT NULL",
+        f"  {name.lower()}   not   null ",
+        f"{name}\tNULL",
+    ):
+        assert types.parse_type(text) == types.parse_type_with_sqlglot(text), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["DECIMAL(10, 2)", "VARCHAR(20) NOT NULL", "NOT NULL", "INT NULL NULL", "\u0131nt", "FLOAT"],
+)
+def test_other_column_types_go_to_sqlglot(text: str) -> None:
+    try:
+        expected: object = types.parse_type_with_sqlglot(text)
+    except ValueError as e:
+        expected = str(e)
+    try:
+        got: object = types.parse_type(text)
+    except ValueError as e:
+        got = str(e)
+    assert got == expected
