@@ -102,7 +102,8 @@ class Connectors(Database):
 
     def set_end_of_input(self, ref: ConnectorRef, end_of_input: bool) -> None:
         """Record whether the connector reached end of input; the first time it does,
-        ``finished_at`` is set."""
+        ``finished_at`` is set. Writes nothing when the flag is already so: every poll
+        that finds nothing new asks this, and a write is a disk sync."""
         now = time.time()
         with self.tx() as conn:
             self.ensure_connector(ref, conn)
@@ -110,6 +111,8 @@ class Connectors(Database):
             prev = conn.execute(
                 sa.select(s.connectors.c.end_of_input).where(ref.where(s.connectors))
             ).scalar()
+            if prev is not None and bool(prev) == end_of_input:
+                return
             if end_of_input and not prev:
                 values["finished_at"] = now
             conn.execute(sa.update(s.connectors).where(ref.where(s.connectors)).values(**values))
