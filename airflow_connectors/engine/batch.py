@@ -280,13 +280,15 @@ def _write(
 
 
 def _combine(store: StateStore, ctx: BatchContext, written: _Written) -> BatchResult | None:
-    """Combines the attempt's small staged parts into one file per kind before the
-    commit (:mod:`airflow_connectors.sinks.combine`); a failure fails the batch, which
-    the next run retries."""
+    """Combines the attempt's small staged parts before the commit, so each kind has at
+    most 1 + bytes read / ``target_file_size`` files
+    (:mod:`airflow_connectors.sinks.combine`); a failure fails the batch, which the next
+    run retries."""
     from airflow_connectors.sinks.combine import combine_small_parts
 
     try:
-        combined = combine_small_parts(written.sink, ctx.batch_id, ctx.attempt)
+        read = sum(a.receipt.bytes for a in written.results if a.receipt is not None)
+        combined = combine_small_parts(written.sink, ctx.batch_id, ctx.attempt, read)
     except SinkUnwritable as exc:
         return _fail(store, ctx, written.sink, f"connector {ctx.ref}: {exc}", "transport", exc)
     for kind, (parts, nbytes) in combined.items():

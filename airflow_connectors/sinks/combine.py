@@ -3,13 +3,14 @@
 Each Spark task of a batch writes its own parts, so a batch of many small inputs spread
 over several tasks would leave one small table file per task (Spark's file sources
 write one per task too). Before the engine commits a batch it calls
-:func:`combine_small_parts`: for each kind (rows, dead letters) the attempt's staged
-Parquet files smaller than a quarter of the sink's ``target_file_size`` are taken,
-smallest first, up to ``target_file_size`` bytes in all, and rewritten as one file (in
-the parts' order); then they are deleted. A batch of small inputs becomes one table
-file; a large batch's parts (each near the target, or a task's share of a large input)
-are left as they are, so the driver never rewrites more than ``target_file_size`` bytes
-per kind.
+:func:`combine_small_parts`, which holds each kind (rows, dead letters) to at most
+``1 + bytes / target_file_size`` files, ``bytes`` being what the batch read (for dead
+letters, their files' size): when the attempt staged more, the fewest of its smallest
+parts (each under a quarter of ``target_file_size``, up to ``target_file_size`` bytes in
+all) that bring the count within the bound are rewritten as one file, in the parts'
+order, and deleted. A batch of small inputs becomes one table file; a large batch's
+parts (a task's share of large inputs each) are within the bound and stay as written,
+so the driver rewrites nothing there, and never more than ``target_file_size`` bytes.
 
 Crash safety: this runs before the state-store commit, inside the attempt's staging.
 The combined file is written under a hidden name and renamed when complete (an object
@@ -39,11 +40,13 @@ log = logging.getLogger(__name__)
 SMALL = 4
 
 
-def combine_small_parts(sink: Sink, batch_id: int, attempt: str) -> dict[Kind, tuple[int, int]]:
-    """Combines the small staged parts of ``attempt`` (see the module docstring);
-    returns, per kind where parts were combined, (parts combined, bytes). Raises
-    :class:`SinkUnwritable` naming the folder when the staging cannot be read or
-    written."""
+def combine_small_parts(
+    sink: Sink, batch_id: int, attempt: str, read_bytes: int
+) -> dict[Kind, tuple[int, int]]:
+    """Combines small staged parts of ``attempt``, a batch that read ``read_bytes``
+    (see the module docstring); returns, per kind where parts were combined, (parts
+    combined, their bytes). Raises :class:`SinkUnwritable` naming the folder when the
+    staging cannot be read or written."""
     config = sink.config
     if not isinstance(config, SinkConfig):
         return {}
@@ -54,7 +57,12 @@ def combine_small_parts(sink: Sink, batch_id: int, attempt: str) -> dict[Kind, t
         if folder is None:
             continue
         try:
-            combined = _combine(folder, target, str(getattr(config, "compression", "snappy")))
+            combined = _combine(
+                folder,
+                target,
+                str(getattr(config, "compression", "snappy")),
+                read_bytes if kind == "rows" else None,
+            )
         except OSError as e:
             raise SinkUnwritable(_fs.describe_error(folder, e)) from e
         if combined is not None:
@@ -62,11 +70,15 @@ def combine_small_parts(sink: Sink, batch_id: int, attempt: str) -> dict[Kind, t
     return done
 
 
-def _combine(folder: str, target: int, compression: str) -> tuple[int, int] | None:
+def _combine(
+    folder: str, target: int, compression: str, read_bytes: int | None
+) -> tuple[int, int] | None:
+    """Combines parts of ``folder`` (``read_bytes``: what the batch read; None: the
+    parts' own size)."""
     import pyarrow.parquet as pq
 
     fs, path = _fs.filesystem(folder)
-    chosen = _small(fs, path, target)
+    chosen = _small(fs, path, target, read_bytes)
     if len(chosen) < 2:
         return None
     # Parts of one kind share the table's schema; any that do not stay as they are.
@@ -93,9 +105,11 @@ def _combine(folder: str, target: int, compression: str) -> tuple[int, int] | No
     return len(chosen), nbytes
 
 
-def _small(fs: pafs.FileSystem, path: str, target: int) -> list[str]:
-    """The parts to combine: those under ``target / SMALL`` bytes, smallest first up to
-    ``target`` bytes in all, in name order (the order the parts were written in)."""
+def _small(fs: pafs.FileSystem, path: str, target: int, read_bytes: int | None) -> list[str]:
+    """The parts to combine, in name order (the order they were written in): none when
+    the folder holds at most ``1 + bytes / target`` parts; else the fewest of the
+    smallest parts under ``target / SMALL`` bytes (up to ``target`` bytes in all) whose
+    combining brings the count within that bound, or as near as those allow."""
     from pyarrow import fs as pafs
 
     parts = [
@@ -105,12 +119,16 @@ def _small(fs: pafs.FileSystem, path: str, target: int) -> list[str]:
         and i.base_name.endswith(".parquet")
         and not i.base_name.startswith((".", "_"))
         and i.size is not None
-        and i.size < target // SMALL
     ]
+    size = sum(i.size for i in parts) if read_bytes is None else read_bytes
+    excess = len(parts) - (1 + size // target)
+    if excess < 1:
+        return []
     chosen: list[str] = []
     total = 0
-    for info in sorted(parts, key=lambda i: (i.size, i.path)):
-        if chosen and total + info.size > target:
+    small = (i for i in parts if i.size < target // SMALL)
+    for info in sorted(small, key=lambda i: (i.size, i.path)):
+        if len(chosen) > excess or (chosen and total + info.size > target):
             break
         chosen.append(info.path)
         total += info.size
