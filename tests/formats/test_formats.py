@@ -213,3 +213,33 @@ def test_csv_block_checks_agree_whatever_their_window() -> None:
     assert syntax.quotes_in_place(b'1,"a",2\n3,"b""c",4\n', 4)
     assert not syntax.quotes_in_place(b'1,"a"x,2\n', 4)  # text after a closing quote
     assert not syntax.quotes_in_place(b'1,a"b,2\n', 4)  # a stray quote inside a field
+
+
+@pytest.mark.parametrize("lines", ["single", "multiple"])
+def test_json_bare_null_into_nullable_columns_is_a_dead_letter_and_an_empty_object_a_row(
+    lines: str,
+) -> None:
+    """Into columns that are all nullable pyarrow reads a bare ``null`` as a row of
+    nulls, as it reads ``{}``: the null is the record's dead letter, the empty object a
+    row of NULLs."""
+    table = TableSpec(
+        name="t",
+        columns=(
+            ColumnSpec(name="id", type=SqlType("BIGINT")),
+            ColumnSpec(name="name", type=SqlType("VARCHAR")),
+        ),
+    )
+    cls = FORMATS.get("json")
+    data = b'{"id": 1, "name": "null"}\n{}\nnull\n{"id": 2}\n'
+    for block in (len(data), 8):  # the whole text in one block, or record by record
+        f = cls(cls.Config.model_validate({"update_format": "raw", "lines": lines}), table)
+        f.block_bytes = block
+        out = list(f.decode(iter([data]), final=True, first_record=1, at_start=True))
+        assert rows(out) == [
+            {"id": 1, "name": "null"},
+            {"id": None, "name": None},
+            {"id": 2, "name": None},
+        ]
+        [(number, error, raw)] = errs(out)
+        assert number == 3 and raw == "null"
+        assert "expected a JSON object per record, got null" in error
