@@ -216,7 +216,10 @@ EXECUTIONS: tuple[str, ...] = get_args(Execution)
 
 #: Spark's ``spark.sql.files.maxPartitionBytes`` and ``openCostInBytes`` defaults.
 DEFAULT_MAX_PARTITION_BYTES = 128 << 20
-DEFAULT_OPEN_COST_BYTES = 4 << 20
+#: Opening a file or object costs this engine's Python reader about what reading 128 KiB
+#: does (Spark's JVM file source reckons 4 MiB): 2,000 small files pack into 2 tasks on
+#: 2 cores, not 63, and land in 2.4 s, not 7.9 s (bench/smallfiles.py).
+DEFAULT_OPEN_COST_BYTES = 128 << 10
 
 
 class ConnectorSpec(StrictConfig):
@@ -246,7 +249,8 @@ class ConnectorSpec(StrictConfig):
         ge=0,
         description="What opening one work item is estimated to cost, in bytes (Spark's "
         "spark.sql.files.openCostInBytes), added to each item's size when packing items "
-        "into tasks. Default 4 MiB.",
+        "into tasks. Default 128 KiB (Spark's is 4 MiB: opening a file costs this "
+        "engine's reader less).",
     )
 
     execution: Execution | None = Field(
