@@ -30,7 +30,7 @@ each round. Paths:
 Row counts of every output are checked after each run, outside its clock. Exit status:
 0 unless a count is wrong (or the engine failed), then 1.
 
-Usage: ``.venv/bin/python bench/compare.py [--size-mib 128] [--files 16] [--rounds 3]
+Usage: ``.venv/bin/python bench/compare.py [--size-mib 64] [--files 8] [--rounds 3]
 [--cases json,csv,avro,parquet,smallfiles,delta,iceberg]``
 """
 
@@ -522,7 +522,7 @@ def run_engine(case: str, glob: str, work: Path, driver_memory: str) -> dict[str
         res["to_commit"] = last_commit - start
     if proc.returncode != 0:
         res["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        (work / "stderr.log").write_text(proc.stderr)
+        (work / "stderr.log").write_text(f"{proc.stderr}\n--- stdout ---\n{proc.stdout}")
     return res
 
 
@@ -656,8 +656,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cases", default=",".join(CASES), help=f"comma-separated: {','.join(CASES)}"
     )
-    parser.add_argument("--size-mib", type=int, default=128, help="JSON-lines (and CSV) MiB")
-    parser.add_argument("--files", type=int, default=16, help="files per format")
+    parser.add_argument("--size-mib", type=int, default=64, help="JSON-lines (and CSV) MiB")
+    parser.add_argument("--files", type=int, default=8, help="files per format")
     parser.add_argument("--small-files", type=int, default=2000, help="files of 10 JSON rows")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per path")
     parser.add_argument("--data-dir", type=Path, default=HERE / "data" / "compare")
@@ -763,12 +763,19 @@ def main(argv: list[str] | None = None) -> int:
                     work = tmp / case / f"{path}-{r + 1}"
                     res = run_path(case, path, d, work, args)
                     if res.get("rc") != 0:
-                        msg = f"{case} {path} round {r + 1}: failed: {res.get('error')}"
-                        print(f"   {msg}")
-                        if path == "engine":
+                        msg = f"{case} {path} round {r + 1}: exit status {res.get('rc')}: {res.get('error')}"
+                        if path == "engine":  # what it left: committed rows or none
+                            log = args.out_dir / f"failed-{case}-{path}-{r + 1}.log"
+                            (work / "stderr.log").replace(log)
+                            try:
+                                rows, _ = count_output(case, path, res)
+                            except Exception as e:
+                                rows = f"unreadable ({type(e).__name__}: {e})"
+                            msg += f" (the table holds {rows} rows; its log: {log})"
                             failures.append(msg)
                         else:
                             notes.append(msg)
+                        print(f"   {msg}")
                         shutil.rmtree(work, ignore_errors=True)
                         continue
                     rows, nfiles = count_output(case, path, res)
