@@ -50,7 +50,7 @@ from airflow_connectors.state.store import BatchPlan, ErrorRecord, ItemReceipt
 from airflow_connectors.transports import WorkItem
 from airflow_connectors.transports.base import LINES_BEFORE
 from airflow_connectors.transports.compression import CompressionError
-from airflow_connectors.transports.retry import RetryStats, counting
+from airflow_connectors.transports.retry import RetryStats, counting, current_stats
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -301,6 +301,21 @@ class _Task:
         #: An item of the task failed: the batch fails, the shared parts are dropped.
         self.failed = False
         self.last: WorkItem | None = None
+        self._ahead: _ReadAhead | None = None
+
+    def read_ahead(self, items: Sequence[WorkItem]) -> None:
+        """Reads the task's small ``items`` (in the order they will be ingested) ahead in
+        threads, when the transport asks for it (:attr:`Transport.read_ahead`)."""
+        try:
+            ahead = type(self.transport()).read_ahead
+        except Exception:  # the first item's read says what is wrong, as without it
+            return
+        if ahead > 0 and len(items) > 2:
+            self._ahead = _ReadAhead(self.transport(), items, ahead)
+
+    def reader(self, item: WorkItem) -> Callable[[], Iterable[Any]] | None:
+        """How ``item`` is read: from what was read ahead, or None (as it comes)."""
+        return None if self._ahead is None else self._ahead.take(item)
 
     def transport(self) -> Transport:
         """The connector's transport, built once per task."""
@@ -354,6 +369,8 @@ class _Task:
     def close(self) -> ItemFailure | None:
         """Finish the task's parts (drop them when an item failed); a failure to write
         them is the sink failure of the task's last item."""
+        if self._ahead is not None:
+            self._ahead.close()
         if self.failed or self.last is None:
             self.parts.abort()
             return None
@@ -363,6 +380,74 @@ class _Task:
             self.parts.abort()
             return _sink_failure(self.ctx, self.last, e).failure
         return None
+
+
+class _ReadAhead:
+    """A task's small work items read ahead whole, ``ahead`` at a time in threads, while
+    the task decodes the item before them. The first two items are read as they come:
+    the first builds the transport's clients, which the threads then share. An item's
+    error is raised where its read would have raised it (the task classifies it as
+    without read-ahead), and its retries count as its own."""
+
+    def __init__(self, transport: Transport, items: Sequence[WorkItem], ahead: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from airflow_connectors.transports.base import READ_AHEAD_BYTES
+
+        self.transport = transport
+        self.items = list(items)
+        self.ahead = ahead
+        self.limit = READ_AHEAD_BYTES
+        self.pool = ThreadPoolExecutor(ahead, thread_name_prefix="read-ahead")
+        self.pending: dict[int, Any] = {}
+        self.taken = 0  # items taken so far
+        self.submitted = 2  # items[0] and items[1] are read as they come
+
+    def _small(self, item: WorkItem) -> bool:
+        if item.size is None:
+            return False
+        end = item.end if item.end is not None else item.size
+        return end - item.start <= self.limit
+
+    def _fetch(self, item: WorkItem) -> tuple[list[Any], int]:
+        stats = RetryStats()
+        with counting(stats):
+            chunks = list(self.transport.read(item))
+        return chunks, stats.count
+
+    def take(self, item: WorkItem) -> Callable[[], Iterable[Any]] | None:
+        """How the task's next item, ``item``, is read; None: as it comes."""
+        n = self.taken
+        self.taken += 1
+        if n >= len(self.items) or self.items[n] != item:  # not the planned order
+            self.close()
+            return None
+        if n >= 1:
+            upto = min(len(self.items), n + 1 + self.ahead)
+            while self.submitted < upto:
+                i = self.submitted
+                self.submitted += 1
+                if self._small(self.items[i]):
+                    self.pending[i] = self.pool.submit(self._fetch, self.items[i])
+        future = self.pending.pop(n, None)
+        if future is None:
+            return None
+
+        def read() -> Iterator[Any]:
+            chunks, retried = future.result()
+            if retried:
+                stats = current_stats()
+                if stats is not None:
+                    stats.add(retried)
+            yield from chunks
+
+        return read
+
+    def close(self) -> None:
+        """Stops reading ahead (what is being read finishes in its thread, unused)."""
+        self.items = []
+        self.pending.clear()
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 def ingest_item(ctx: BatchContext, part: int, item: WorkItem) -> ItemOutcome:
@@ -427,7 +512,7 @@ def _ingest_item(task: _Task, item: WorkItem, out: _ItemParts, index: int = 0) -
     fmt = task.format()
     if fmt is not None:
         fmt.evolution.take()  # what an earlier (skipped) item met is not this item's
-    ingest = _ItemIngest(task.ctx, item, task.transport(), out, index)
+    ingest = _ItemIngest(task.ctx, item, task.transport(), out, index, task.reader(item))
     rows = ingest.writer("rows")
     # A transport that decodes with the format itself (adding columns of its own) yields
     # decoded blocks, as an integrated transport does.
@@ -480,6 +565,7 @@ class _ItemIngest:
         transport: Transport,
         out: _ItemParts,
         index: int = 0,
+        read: Callable[[], Iterable[Any]] | None = None,
     ) -> None:
         self.ctx = ctx
         self.item = item
@@ -488,7 +574,7 @@ class _ItemIngest:
         self.index = index
         self.ordinal = 0
         self.out = out
-        self.counted = _Counter(lambda: transport.read(item))
+        self.counted = _Counter(read or (lambda: transport.read(item)))
         self.sink = out.task.sink
         self.dead: _ItemWriter | None = None
         self.good = 0
@@ -863,6 +949,7 @@ def ingest_partition(plan: str, tasks: int, task: int, groups: Iterator[str]) ->
     try:
         ctx = BatchContext.from_plan(BatchPlan.from_json({**data, "items": []}))
         runner = _Task(ctx, task, tasks)
+        runner.read_ahead([WorkItem.from_json(raw) for _, raw in entries])
     except Exception as e:  # a bug, not bad input: still one line, the trace for DEBUG
         for index, raw in entries:
             yield _internal(index, raw["key"], f"batch {data['batch_id']}", e).to_json()

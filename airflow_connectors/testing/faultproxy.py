@@ -141,6 +141,9 @@ class FaultProxy:
         self.served = 0
         #: Every request seen, as ``(method, path)``.
         self.requests: list[tuple[str, str]] = []
+        #: Requests being handled now, and the most there ever were at once.
+        self.in_flight = 0
+        self.most_in_flight = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -264,6 +267,17 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def _handle(self) -> None:
+        owner = self.owner
+        with owner._lock:
+            owner.in_flight += 1
+            owner.most_in_flight = max(owner.most_in_flight, owner.in_flight)
+        try:
+            self._handle_one()
+        finally:
+            with owner._lock:
+                owner.in_flight -= 1
+
+    def _handle_one(self) -> None:
         method = self.command
         headers = {k: v for k, v in self.headers.items()}
         body = self._body()

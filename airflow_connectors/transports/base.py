@@ -248,6 +248,10 @@ class ChangeWatch(Protocol):
         ...
 
 
+#: The largest work item a task reads ahead whole (:attr:`Transport.read_ahead`).
+READ_AHEAD_BYTES = 4 << 20
+
+
 class Transport(ABC):
     """A batch source. Subclasses set ``name``, ``Config`` and implement two methods."""
 
@@ -262,6 +266,12 @@ class Transport(ABC):
     #: as the Airflow UI names it (``{"aws_conn_id": "Amazon Web Services"}``): the
     #: Airflow integration exports, checks and explains exactly these.
     connection_fields: ClassVar[Mapping[str, str]] = {}
+    #: Small work items (at most :data:`READ_AHEAD_BYTES` each) a Spark task reads ahead
+    #: in threads while it decodes the one before: each GET of an object store is a round
+    #: trip, so a task of many small objects waits on one after the other otherwise. 0
+    #: (the default): items are read one by one. A transport that sets it must read items
+    #: from several threads at once (its clients built before, by the first item's read).
+    read_ahead: ClassVar[int] = 0
 
     def __init__(self, config: StrictConfig, table: TableSpec) -> None:
         self.config = config

@@ -72,6 +72,7 @@ class GcsInputTransport(ListingSource):
 
     name = "gcs_input"
     Config = GcsInputConfig
+    read_ahead = 6  # small objects fetched 6 at a time: each GET is a round trip
     config: GcsInputConfig
     connection_fields: ClassVar[Mapping[str, str]] = {"gcp_conn_id": KIND}
 

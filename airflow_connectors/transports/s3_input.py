@@ -51,7 +51,8 @@ class S3InputConfig(ListingConfig, AwsConfigFields, PrefixOrKey):
         default=8,
         gt=0,
         description="HTTP connections a client keeps to the endpoint. Objects are read in "
-        "parallel by the connector's Spark tasks (tasks_max), one object per task at a time.",
+        "parallel by the connector's Spark tasks (tasks_max); a task reads small objects "
+        "(up to 4 MiB) 6 at a time ahead of the one it decodes, larger ones one at a time.",
     )
 
     @field_validator("bucket_name")
@@ -86,6 +87,7 @@ class S3InputTransport(ListingSource):
 
     name = "s3_input"
     Config = S3InputConfig
+    read_ahead = 6  # small objects fetched 6 at a time: each GET is a round trip
     config: S3InputConfig
     connection_fields: ClassVar[Mapping[str, str]] = {"aws_conn_id": AWS}
 

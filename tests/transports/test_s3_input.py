@@ -715,6 +715,58 @@ tables:
     assert_same_records(read_table(warehouse, "s3demo", "orders"), expected, "id", "orders")
 
 
+def test_small_objects_are_read_ahead_and_their_errors_stay_theirs(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path, spark: Any
+) -> None:
+    """A task of many small objects reads them several at a time (each GET waits 0.2 s
+    at the proxy: more than one is in flight at once), yet each object's failure is its
+    own: a retried 500 costs nothing, an object gone since it was planned is skipped as
+    unreadable under errors.tolerance: all, and every other object's rows land once."""
+    from helpers import pipeline, status
+
+    from airflow_connectors.testing.faultproxy import Fault, FaultProxy
+
+    for n in range(24):
+        put(s3_server, s3_bucket, f"many/{n:03d}.json", json_lines(range(n * 10, n * 10 + 10)))
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        cfg = s3_server.config(
+            s3_bucket, prefix="many/", relist_margin_s=0, endpoint_url=proxy.endpoint_url
+        )
+        spec = pipeline(
+            {
+                "t": {
+                    "columns": COLUMNS,
+                    "connectors": [
+                        {
+                            "name": "c",
+                            "transport": {"name": "s3_input", "config": cfg},
+                            "format": JSON,
+                            "errors": {"tolerance": "all"},
+                            "max_partition_bytes": 64 << 20,  # one task for all 24
+                            "open_cost_bytes": 0,
+                        }
+                    ],
+                }
+            }
+        )
+        # The first rule that matches applies: the errors before the delays.
+        proxy.add(Fault.error(500, "InternalError"), method="GET", path="many/007.json")
+        proxy.add(Fault.error(404, "NoSuchKey"), method="GET", path="many/013.json", times=None)
+        proxy.add(Fault.delay(0.2), method="GET", path="many/0", times=None)
+        store = f"sqlite:///{tmp_path / 'state.db'}"
+        run(spec, store, str(tmp_path / "wh"), spark)
+        assert proxy.most_in_flight > 1
+        assert proxy.injected["500 InternalError"] == 1
+    ids = sorted(read_table(str(tmp_path / "wh"), "p", "t").column("id").to_pylist())
+    assert ids == [i for i in range(240) if i // 10 != 13]
+    st = status(store, "p", "t", "c")
+    # The skipped object, and the retried 500 (read in a read-ahead thread, counted as
+    # the object's own retry).
+    assert (st.total_records, st.num_transport_errors) == (230, 2)
+    [error] = st.transport_errors
+    assert error["tag"] == "many/013.json" and "skipped an unreadable object" in error["message"]
+
+
 def test_describe(s3_server: S3Server) -> None:
     t = transport(s3_server, "bucket", prefix="in/", follow=True)
     assert re.fullmatch(r"s3_input: s3://bucket/in/ \(follow\)", t.describe())
