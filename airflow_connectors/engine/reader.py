@@ -44,7 +44,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_connectors.engine.answer import ItemFailure, Stage, TaskAnswer
 from airflow_connectors.engine.context import BatchContext
-from airflow_connectors.formats.base import Decoded, NewFields, RecordError, conform
+from airflow_connectors.formats.base import (
+    Decoded,
+    NewFields,
+    RecordError,
+    conform,
+    count_newlines,
+)
 from airflow_connectors.sinks.base import Kind, PartWriter, SinkConfig, SinkUnwritable
 from airflow_connectors.state.store import BatchPlan, ErrorRecord, ItemReceipt
 from airflow_connectors.transports import WorkItem
@@ -906,7 +912,7 @@ class _LineCounter:
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self.chunks:
             self.read += len(chunk)
-            self.newlines += chunk.count(b"\n")
+            self.newlines += count_newlines(chunk)
             self.tail.append(chunk)
             self.tail_bytes += len(chunk)
             while self.tail_bytes - len(self.tail[0]) >= self.KEEP:
@@ -919,7 +925,7 @@ class _LineCounter:
         if unread_after < 0 or unread_after > self.tail_bytes:
             return None
         after = b"".join(self.tail)[self.tail_bytes - unread_after :] if unread_after else b""
-        return self.newlines - after.count(b"\n")
+        return self.newlines - count_newlines(after)
 
 
 def _bytes_only(chunks: Iterable[object]) -> Iterator[bytes]:

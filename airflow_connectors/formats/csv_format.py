@@ -57,6 +57,7 @@ from airflow_connectors.formats.base import (
     buffered,
     clip,
     conform,
+    count_newlines,
     isolate,
     text_start,
 )
@@ -115,7 +116,7 @@ def count_lines(data: bytes, end: int | None = None) -> int:
     """Line ends in ``data[:end]`` (``\\n``, ``\\r\\n`` or a lone ``\\r``, as pyarrow
     splits lines)."""
     end = len(data) if end is None else end
-    lines = data.count(b"\n", 0, end)
+    lines = count_newlines(data, 0, end)
     if data.find(b"\r", 0, end) < 0:  # (a find of one byte is a memchr: cheaper than a count)
         return lines
     return lines + data.count(b"\r", 0, end) - data.count(b"\r\n", 0, end)

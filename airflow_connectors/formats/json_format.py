@@ -55,6 +55,7 @@ from airflow_connectors.formats.base import (
     _message,
     buffered,
     clip,
+    count_newlines,
     isolate,
     text_start,
 )
@@ -255,7 +256,7 @@ class JsonFormat(Format):
             if used:
                 record += out.records
                 if line is not None:
-                    line += newlines if newlines is not None else buf.count(b"\n", 0, used)
+                    line += newlines if newlines is not None else count_newlines(buf, 0, used)
             return out, used
 
         steps = text_start(step, self.name, self.schema.empty_table) if at_start else step
@@ -288,7 +289,7 @@ class JsonFormat(Format):
                 # slow path does. (lines: multiple reads a stream of values, as Feldera.)
                 if self.config.lines != "single":
                     return Decoded(table, [], table.num_rows), len(block), None
-                newlines = block.count(b"\n")
+                newlines = count_newlines(block)
                 if table.num_rows == newlines + (not block.endswith(b"\n")):
                     return Decoded(table, [], table.num_rows), len(block), newlines
         records = self._split(block)
@@ -780,7 +781,7 @@ class _ArrayStream:
             used = len(buf)
             self.failed = True
         if self.line is not None:
-            self.line += buf.count(b"\n", 0, used)
+            self.line += count_newlines(buf, 0, used)
         self.record += count
         return Decoded(table, errors, count), used
 
