@@ -13,7 +13,17 @@ For each ``--files`` count (default 5,000 and 50,000) of ``--rows`` rows each (d
   starts its own Spark) against a raw Spark script in a fresh process, wall clock;
 * with ``--s3`` (when the ``s3_input`` transport exists): the same files as objects in
   moto's S3 server on 127.0.0.1 (``airflow_connectors.testing.s3server``), ingested by
-  an ``s3_input`` connector (``--s3-files``, default 5,000 objects).
+  an ``s3_input`` connector (``--s3-files``, default 5,000 objects), against raw Spark
+  reading them through Hadoop's S3A filesystem:
+  ``spark.read.schema(ddl).json("s3a://bucket/in/").write.parquet(out)`` on the same
+  session. S3A is not in pyspark: ``--s3`` resolves the jar set
+  ``deploy/maven/spark-s3a/pom.xml`` (hadoop-aws 3.5.0 and the AWS SDK v2 modules it
+  loads, ~13 MB, with Maven into the cache outside the repository on first use,
+  ``airflow_connectors.testing.maven``) and starts the session with them
+  (``--jars``); the session's Hadoop configuration gets ``fs.s3a.endpoint`` (the
+  server's ``http://127.0.0.1:<port>``), path-style access, the server's credentials
+  and region, no SSL. Both are warmed on 20 objects first. Without Maven or the jars
+  (``--no-s3a``) the raw baseline is skipped with the reason.
 
 Prints seconds, the ratio engine / raw, the table files written and the bound
 ``tasks + batch bytes / target_file_size`` (tasks as the engine packs them). A
@@ -21,7 +31,7 @@ benchmark reports; it does not judge (no asserts). Row counts are checked outsid
 timed sections and reported.
 
 Usage: ``.venv/bin/python bench/smallfiles.py [--files 5000,50000] [--rows 10] [--cli]
-[--s3]``
+[--s3 [--s3-files 5000] [--no-s3a]]``
 """
 
 from __future__ import annotations
@@ -269,17 +279,60 @@ def cli_runs(doc: dict[str, Any], src: str, work: Path) -> dict[str, Any]:
 # --- s3_input (--s3) ----------------------------------------------------------------------
 
 
-def s3_case(spark: Any, data: dict[str, Any], work: Path) -> dict[str, Any] | None:
-    """The files as objects in moto's S3 server, ingested by an s3_input connector."""
+def s3_available() -> bool:
+    """Whether this checkout has the ``s3_input`` transport and the S3 test server."""
     try:
-        from airflow_connectors.testing.s3server import S3Server
+        from airflow_connectors.testing.s3server import S3Server  # noqa: F401
         from airflow_connectors.transports import TRANSPORTS
-
-        if "s3_input" not in TRANSPORTS:
-            return None
     except ImportError:
-        return None
+        return False
+    return "s3_input" in TRANSPORTS
+
+
+def s3a_jars() -> tuple[list[str], str]:
+    """The jars of S3A (``deploy/maven/spark-s3a``, resolved on first use) and, when they
+    cannot be had, why (an empty list)."""
+    from airflow_connectors.testing import maven
+
+    t0 = time.perf_counter()
+    try:
+        jars = [str(p) for p in maven.resolve("spark-s3a")]
+    except maven.MavenError as e:
+        return [], str(e).splitlines()[0]
+    if not jars:
+        return [], "Maven resolved no jars for spark-s3a"
+    size = sum(os.path.getsize(j) for j in jars) / MIB
+    print(
+        f"S3A jars (spark-s3a): {len(jars)} jars, {size:.1f} MiB, "
+        f"in {time.perf_counter() - t0:.1f} s"
+    )
+    return jars, ""
+
+
+def s3a_conf(server: Any) -> dict[str, str]:
+    """Hadoop settings that point S3A at the test server (loopback, no SSL, path-style,
+    its credentials and region: no credential chain, no instance metadata, no lookups)."""
+    from airflow_connectors.testing.s3server import ACCESS_KEY, REGION, SECRET_KEY
+
+    return {
+        "fs.s3a.endpoint": server.endpoint_url,
+        "fs.s3a.endpoint.region": REGION,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.access.key": ACCESS_KEY,
+        "fs.s3a.secret.key": SECRET_KEY,
+        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    }
+
+
+def s3_case(
+    spark: Any, data: dict[str, Any], warm: dict[str, Any], work: Path, s3a: bool
+) -> dict[str, Any]:
+    """The files as objects in moto's S3 server: ingested by an s3_input connector and,
+    with ``s3a`` (the session has the S3A jars), read by raw Spark through ``s3a://``."""
     from concurrent.futures import ThreadPoolExecutor
+
+    from airflow_connectors.testing.s3server import S3Server
 
     (work / "s3").mkdir(parents=True, exist_ok=True)
     server = S3Server(log=work / "s3" / "moto.log").start()
@@ -288,20 +341,45 @@ def s3_case(spark: Any, data: dict[str, Any], work: Path) -> dict[str, Any] | No
         client = server.client()
         bucket = "smallfiles"
         server.create_bucket(bucket)
-        root = Path(data["dir"])
-        paths = sorted(p for p in root.rglob("*.json") if not p.name.startswith("_"))
+
+        def upload(folder: str, prefix: str) -> int:
+            root = Path(folder)
+            paths = sorted(p for p in root.rglob("*.json") if not p.name.startswith("_"))
+
+            def put(p: Path) -> None:
+                key = f"{prefix}{p.relative_to(root)}"
+                client.put_object(Bucket=bucket, Key=key, Body=p.read_bytes())
+
+            with ThreadPoolExecutor(16) as pool:
+                list(pool.map(put, paths))
+            return len(paths)
+
+        upload(warm["dir"], "warm/")
         t0 = time.perf_counter()
-
-        def put(p: Path) -> None:
-            client.put_object(Bucket=bucket, Key=f"in/{p.relative_to(root)}", Body=p.read_bytes())
-
-        with ThreadPoolExecutor(16) as pool:
-            list(pool.map(put, paths))
-        print(f"  uploaded {len(paths):,} objects in {time.perf_counter() - t0:.1f} s")
+        count = upload(data["dir"], "in/")
+        print(f"  uploaded {count:,} objects in {time.perf_counter() - t0:.1f} s")
         os.environ.update(server.env())
-        config = server.config(bucket, prefix="in/")
-        doc = pipeline_doc({"name": "s3_input", "config": config})
-        return run_engine(spark, doc, work / "engine")
+
+        def doc(prefix: str) -> dict[str, Any]:
+            return pipeline_doc(
+                {"name": "s3_input", "config": server.config(bucket, prefix=prefix)}
+            )
+
+        ddl = spark_ddl(doc("in/"))
+        # Warm-up (untimed): the engine's S3 client in the Python workers, S3A's
+        # filesystem and the SDK's classes in the JVM, on the 20 warm-up objects.
+        run_engine(spark, doc("warm/"), work / "warm-engine")
+        raw = None
+        if s3a:
+            hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+            for key, value in s3a_conf(server).items():
+                hadoop.set(key, value)
+            run_raw(spark, f"s3a://{bucket}/warm/", work / "warm-raw", ddl)
+            raw = run_raw(spark, f"s3a://{bucket}/in/", work / "raw", ddl)
+            raw["rows"] = spark.read.parquet(raw["out"]).count()
+        eng = run_engine(spark, doc("in/"), work / "engine")
+        eng["rows"] = spark.read.parquet(eng["out"]).count()
+        return {"engine": eng, "raw": raw}
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -320,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cli", action="store_true", help="also time fresh processes")
     parser.add_argument("--s3", action="store_true", help="also time s3_input (moto)")
     parser.add_argument("--s3-files", type=int, default=5000)
+    parser.add_argument(
+        "--no-s3a", action="store_true", help="with --s3: no raw Spark s3a:// baseline"
+    )
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.files.split(",") if x.strip()]
 
@@ -333,8 +414,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     args.out_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="smallfiles-", dir=args.out_dir))
+    s3 = args.s3 and s3_available()
+    jars: list[str] = []
+    no_s3a = "--no-s3a" if args.no_s3a else ""
+    if s3 and not args.no_s3a:
+        jars, no_s3a = s3a_jars()
+    submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    if jars:
+        # The session starts with S3A's jars (pyspark reads this when it starts the JVM);
+        # the variable is put back after, so that --cli's processes do not inherit it.
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {','.join(jars)} pyspark-shell"
     t0 = time.perf_counter()
-    spark = spark_session(settings(tmp / "session"), "smallfiles-bench")
+    try:
+        spark = spark_session(settings(tmp / "session"), "smallfiles-bench")
+    finally:
+        if submit_args is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args
     print(f"Spark {spark.version} {spark.sparkContext.master} in {time.perf_counter() - t0:.1f} s")
     results: list[tuple[str, dict[str, Any]]] = []
     try:
@@ -392,16 +489,30 @@ def main(argv: list[str] | None = None) -> int:
         if args.s3:
             data = ensure_files(args.data_dir, args.s3_files, args.rows)
             print(f"\n== s3_input: {args.s3_files:,} objects, {data['bytes'] / MIB:.1f} MiB")
-            s3 = s3_case(spark, data, tmp / "s3")
-            if s3 is None:
+            if not s3:
                 print("   s3_input is not available in this checkout; skipped")
             else:
+                case = s3_case(spark, data, warm, tmp / "s3", bool(jars))
+                eng, raw = case["engine"], case["raw"]
+                total = data["total_rows"]
                 print(
-                    f"   engine (s3_input) {s3['seconds']:7.2f} s   {s3['files']} table files "
-                    f"(bound {s3['tasks']} + {s3['bound'] - s3['tasks']:.3f}); rows "
-                    f"{'ok' if s3['records'] == data['total_rows'] else 'WRONG'}"
+                    f"   engine (s3_input)  {eng['seconds']:7.2f} s   {eng['files']:5} table files "
+                    f"(bound tasks + bytes/target = {eng['tasks']} + "
+                    f"{eng['bound'] - eng['tasks']:.3f}), {eng['batches']} batch(es); rows "
+                    f"{'ok' if eng['records'] == total and eng['rows'] == total else 'WRONG'}"
                 )
-                results.append(("s3_input", {"files": args.s3_files, "engine": s3}))
+                if raw is None:
+                    print(f"   raw Spark s3a://   skipped: {no_s3a}")
+                else:
+                    print(
+                        f"   raw Spark s3a://   {raw['seconds']:7.2f} s   {raw['files']:5} files "
+                        f"(schema given); rows {'ok' if raw['rows'] == total else 'WRONG'}"
+                    )
+                    print(f"   ratio engine/raw s3a {eng['seconds'] / raw['seconds']:.2f}")
+                res = {"files": args.s3_files, "engine": eng}
+                if raw is not None:
+                    res["raw"] = raw
+                results.append(("s3_input", res))
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -419,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{eng['seconds'] / raw['seconds'] if raw else float('nan'):6.2f} "
             f"{eng['files']:7} {eng['bound']:7.1f}"
         )
+    print("(raw: file_input's with the schema inferred; s3_input's through s3a:// with it given)")
     return 0
 
 
