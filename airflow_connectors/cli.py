@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -635,5 +636,22 @@ def _local_transition(store: Any, ref: Any, action: str) -> dict[str, Any]:
     return {**doc, "airflow": note}
 
 
+def console() -> None:
+    """The installed ``airflow-connectors`` command: :func:`main`, its output flushed,
+    then out of the process with its exit status. Once deltalake was loaded (a Delta
+    sink or source) the process leaves without the interpreter's teardown: deltalake 1.6
+    with pyarrow 26 aborted now and then while native threads were torn down ("terminate
+    called without an active exception", exit 134) after a run had committed and
+    printed its summary, so a script saw a failed run that had succeeded. Spark and the
+    state store are closed by then (:func:`_run`)."""
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    if "deltalake" in sys.modules:
+        os._exit(status)
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -309,3 +309,32 @@ def test_a_run_right_after_files_are_written_says_they_wait_for_min_file_age(
     [line] = [ln for ln in out.stdout.splitlines() if ln.strip().startswith("t.c:")]
     assert "+0 records" in line
     assert "1 file(s) seen but not read yet: modified within min_file_age, readable from" in line
+
+
+@pytest.mark.parametrize(
+    ("text", "status", "said"), [("pipeline: [", 1, "stderr"), (None, 0, "stdout")]
+)
+def test_the_command_leaves_with_mains_status_and_its_output_once_deltalake_is_loaded(
+    tmp_path: Path, text: str | None, status: int, said: str
+) -> None:
+    """With deltalake loaded the installed command leaves without the interpreter's
+    teardown (which aborted now and then after a Delta run): its status is still
+    main's, and all it printed is there."""
+    spec = tmp_path / "p.yaml"
+    spec.write_text(
+        text
+        or "pipeline: p\ntables:\n  t:\n    columns: {id: BIGINT}\n    connectors:\n"
+        "      - {name: c, transport: {name: datagen, config: {}}}\n"
+    )
+    code = (
+        "import sys, deltalake\n"
+        "sys.argv = ['airflow-connectors', 'validate', sys.argv[1]]\n"
+        "from airflow_connectors.cli import console\n"
+        "console()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(spec)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == status, proc.stderr
+    out = proc.stderr if said == "stderr" else proc.stdout
+    assert ("p.yaml" in out) if status else out.startswith("ok\np.t.c: datagen")
