@@ -163,14 +163,20 @@ class Format(ABC):
 
 
 def count_newlines(data: bytes, start: int = 0, end: int | None = None) -> int:
-    """``data[start:end].count(b"\\n")``, vectorised for large spans (numpy counts 4-5x
-    faster than ``bytes.count``, which a block's line numbers paid per byte)."""
+    """``data[start:end].count(b"\\n")``, vectorised for large spans (numpy counts about
+    5x faster than ``bytes.count``, which a block's line numbers paid per byte)."""
     end = len(data) if end is None else min(end, len(data))
     if end - start < 1 << 14:
         return data.count(b"\n", start, end)
     import numpy as np
 
-    return int(np.count_nonzero(np.frombuffer(data, np.uint8, end - start, start) == 10))
+    # Over windows that stay in the CPU's cache: a comparison of the whole span at once
+    # allocated (and faulted in) a temporary as large as the span.
+    window = 1 << 18
+    span = np.frombuffer(data, np.uint8, end - start, start)
+    return sum(
+        int(np.count_nonzero(span[at : at + window] == 10)) for at in range(0, len(span), window)
+    )
 
 
 def clip(raw: bytes | str) -> str:

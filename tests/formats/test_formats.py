@@ -243,3 +243,20 @@ def test_json_bare_null_into_nullable_columns_is_a_dead_letter_and_an_empty_obje
         [(number, error, raw)] = errs(out)
         assert number == 3 and raw == "null"
         assert "expected a JSON object per record, got null" in error
+
+
+def test_line_ends_are_counted_as_bytes_count_does() -> None:
+    """count_newlines counts large spans vectorised over windows: the same answer as
+    ``bytes.count`` for any span, across window edges too."""
+    import random
+
+    from airflow_connectors.formats.base import count_newlines
+
+    rng = random.Random(3)
+    for n in (0, 1, 10, 20_000, 70_000, 600_000):
+        data = bytes(rng.choice(b"ab\n") for _ in range(n))
+        for start, end in ((0, None), (5, n - 3), (100, 50_000), (0, 10**9), (1000, 300_001)):
+            if end is not None and end < start:
+                continue
+            want = data.count(b"\n", start, len(data) if end is None else end)
+            assert count_newlines(data, start, end) == want, (n, start, end)
