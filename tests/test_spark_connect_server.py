@@ -5,6 +5,7 @@ workers, and it comes back on the same port."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -61,6 +62,10 @@ def test_a_client_runs_python_on_the_server_which_comes_back_after_a_kill(
         server.kill()
         assert not server.running()
         assert not port_open(server.port)
+        # The server's Python workers exit once their daemon is gone: a moment later.
+        deadline = time.monotonic() + 15
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert not any(alive(pid) for pid in workers)
     finally:
         server.start()
