@@ -38,6 +38,7 @@ import logging
 import os
 import socket
 import traceback
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -628,6 +629,7 @@ class _ItemIngest:
         first = item.records_done + 1
         before = lines_before(item)
         lines = _LineCounter(_bytes_only(self.counted)) if fmt.line_oriented else None
+        reported: int | None = 0  # line ends the format counted itself (None: not all)
         try:
             for decoded in fmt.decode(
                 iter(lines if lines is not None else _bytes_only(self.counted)),
@@ -640,12 +642,18 @@ class _ItemIngest:
                 self.write_rows(rows, decoded.table, first, decoded.records, decoded.errors)
                 first += decoded.records
                 consumed = max(consumed, decoded.consumed)
+                if reported is not None and decoded.newlines is not None:
+                    reported += decoded.newlines
+                    if lines is not None:
+                        lines.counting = False  # the format counts: no need to count twice
+                else:
+                    reported = None
         except NewFields as e:
             raise self._new_fields(e) from e
         except Exception as e:
             raise self.read_failed(e, f"cannot decode {item.key} as {fmt.name}") from e
         if lines is not None and before is not None:
-            upto = lines.before(consumed)
+            upto = reported if reported is not None else lines.before(consumed)
             self.lines_at_offset = None if upto is None else before + upto
         return consumed
 
@@ -897,33 +905,49 @@ def lines_before(item: WorkItem) -> int | None:
 
 
 class _LineCounter:
-    """Passes bytes through, counting newlines, so the lines before any position read
-    so far can be told (:meth:`before`); keeps the last few chunks for that."""
+    """Passes bytes through so the lines before any position read so far can be told
+    (:meth:`before`); keeps the last few chunks for that. Chunks are counted only when
+    asked, or when they leave the tail while :attr:`counting` (the formats that count
+    their own line ends turn it off: a chunk's bytes were counted twice, a twentieth of a
+    JSON block's CPU)."""
 
     KEEP = 64 << 20
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self.chunks = chunks
         self.read = 0
-        self.newlines = 0
-        self.tail: list[bytes] = []  # the last chunks read, up to KEEP bytes
+        self.newlines = 0  # in the chunks counted: all but the tail's last `fresh` ones
+        self.tail: deque[bytes] = deque()  # the last chunks read, up to KEEP bytes
         self.tail_bytes = 0
+        self.fresh = 0
+        self.counting = True
+        self.lost = False  # a chunk left uncounted: lines before a position are unknown
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self.chunks:
             self.read += len(chunk)
-            self.newlines += count_newlines(chunk)
             self.tail.append(chunk)
             self.tail_bytes += len(chunk)
+            self.fresh += 1
             while self.tail_bytes - len(self.tail[0]) >= self.KEEP:
-                self.tail_bytes -= len(self.tail.pop(0))
+                old = self.tail.popleft()
+                self.tail_bytes -= len(old)
+                if self.fresh > len(self.tail):  # it was not counted yet
+                    self.fresh -= 1
+                    if self.counting:
+                        self.newlines += count_newlines(old)
+                    else:
+                        self.lost = True
             yield chunk
 
     def before(self, position: int) -> int | None:
         """Newlines before byte ``position`` of what was read (None: too far back)."""
         unread_after = self.read - position
-        if unread_after < 0 or unread_after > self.tail_bytes:
+        if self.lost or unread_after < 0 or unread_after > self.tail_bytes:
             return None
+        for chunk in list(self.tail)[len(self.tail) - self.fresh :]:
+            self.newlines += count_newlines(chunk)
+        self.fresh = 0
         after = b"".join(self.tail)[self.tail_bytes - unread_after :] if unread_after else b""
         return self.newlines - count_newlines(after)
 

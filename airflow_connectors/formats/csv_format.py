@@ -507,6 +507,8 @@ class CsvFormat(Format):
                 ends = None
             if line is not None:
                 line += count_lines(buf, cut) if ends is None else ends
+            if ends is not None and buf.find(b"\r", 0, cut) < 0:
+                out.newlines = ends  # no carriage return: the line ends are the \n bytes
             record += out.records
             header = False
             return out, cut
@@ -619,6 +621,8 @@ class CsvFormat(Format):
             pa.BufferReader(data),
             read_options=pcsv.ReadOptions(
                 column_names=[self._field_name(c) for c in self.fields],
+                # One block, one thread: with newlines_in_values pyarrow's parts on
+                # threads cost more than they gained (measured).
                 use_threads=False,
                 block_size=max(len(data), 1 << 20),
             ),
