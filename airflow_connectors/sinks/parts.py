@@ -15,6 +15,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from airflow_connectors.sinks import _fs
@@ -22,6 +23,19 @@ from airflow_connectors.sinks.base import PartWriter, SinkUnwritable
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+#: Where parts encode and write their tables, one table of a part at a time, while the
+#: task decodes its next block (pyarrow releases the GIL in both): a Spark task alone on
+#: its cores, as in a batch's last wave, uses two of them. One pool per process (a
+#: forked child has none of its parent's threads).
+_WRITERS: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _writers() -> ThreadPoolExecutor:
+    global _WRITERS
+    if _WRITERS is None or _WRITERS[0] != os.getpid():
+        _WRITERS = (os.getpid(), ThreadPoolExecutor(4, thread_name_prefix="parquet-part"))
+    return _WRITERS[1]
 
 
 def blocker(path: str) -> str | None:
@@ -42,7 +56,10 @@ def blocker(path: str) -> str | None:
 
 class ParquetPart(PartWriter):
     """One part's Parquet files in ``folder`` (a path or URL), named ``name(n)`` for the
-    part's n-th file.
+    part's n-th file. A table is encoded and written in the background while the caller
+    goes on (see :func:`_writers`); an error writing it is raised by the part's next
+    ``write`` or ``close`` (a sink failure, which fails the batch whatever item it is
+    raised for).
 
     ``target``: bytes after which the next file starts (None: never). ``schema``: the
     files' schema, each table cast to it (None: the first table's). ``failed``: the
@@ -73,6 +90,7 @@ class ParquetPart(PartWriter):
         self._stream: Any = None
         self._path = ""  # the file being written (its final path)
         self._tmp = ""  # where it is written (a temporary name when local)
+        self._pending: Future[None] | None = None  # the table being written
 
     def _open(self, schema: pa.Schema) -> None:
         import pyarrow.parquet as pq
@@ -98,23 +116,37 @@ class ParquetPart(PartWriter):
         self.files.append(self._path)
 
     def write(self, table: pa.Table) -> None:
-        """Append rows; starts the next file once the current one reached ``target``."""
+        """Append rows; starts the next file once the current one reached ``target``.
+        The rows are written in the background: an error writing them is raised by the
+        next call (``write`` or ``close``), before anything else is written."""
         if table.num_rows == 0:
             return
+        self._wait()
+        self._pending = _writers().submit(self._write, table)
+        self.rows += table.num_rows
+
+    def _write(self, table: pa.Table) -> None:
+        if self.schema is not None:
+            table = table.cast(self.schema)
+        if self._writer is None:
+            self._open(table.schema)
+        self._writer.write_table(table, row_group_size=1 << 20)
+        if self.target is not None and self._stream.tell() >= self.target:
+            self._finish()
+
+    def _wait(self) -> None:
+        """The table being written is written (its error raised)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
         try:
-            if self.schema is not None:
-                table = table.cast(self.schema)
-            if self._writer is None:
-                self._open(table.schema)
-            self._writer.write_table(table, row_group_size=1 << 20)
-            if self.target is not None and self._stream.tell() >= self.target:
-                self._finish()
+            pending.result()
         except OSError as e:
             raise self.failed(e) from e
-        self.rows += table.num_rows
 
     def close(self) -> int:
         """Finish the current file; returns the rows written."""
+        self._wait()
         try:
             self._finish()
         except OSError as e:
@@ -123,6 +155,8 @@ class ParquetPart(PartWriter):
 
     def abort(self) -> None:
         """Remove every file of this part."""
+        with contextlib.suppress(Exception):
+            self._wait()
         doomed = list(self.files)
         if self._writer is not None:
             with contextlib.suppress(Exception):
