@@ -57,6 +57,7 @@ from airflow_connectors.formats.base import (
     clip,
     count_newlines,
     isolate,
+    read_block_size,
     text_start,
 )
 from airflow_connectors.formats.inference import InferredFields, SchemaInferenceError
@@ -256,7 +257,10 @@ class JsonFormat(Format):
             if used:
                 record += out.records
                 if line is not None:
-                    line += newlines if newlines is not None else count_newlines(buf, 0, used)
+                    if newlines is None:
+                        newlines = count_newlines(buf, 0, used)
+                    line += newlines
+                out.newlines = newlines
             return out, used
 
         steps = text_start(step, self.name, self.schema.empty_table) if at_start else step
@@ -461,16 +465,34 @@ class JsonFormat(Format):
         import pyarrow as pa
         import pyarrow.json as pj
 
+        detects = self.evolution.detects
+        parse = pj.ParseOptions(
+            explicit_schema=schema,
+            # Unknown fields are read only when schema_evolution does something
+            # with them (fail, rescue, add): `none` ignores them, as always.
+            unexpected_field_behavior="infer" if detects else "ignore",
+            newlines_in_values=multiline,
+        )
+        whole = max(len(data), 1 << 20)
+        part = read_block_size(len(data))
+        if part < whole and not detects:
+            # Parts of the block on pyarrow's threads: a task alone on its cores (a
+            # batch's last wave) uses them all. Not when unknown fields are inferred
+            # (each part would infer their types alone). A record longer than a part
+            # fails the parts' read: the block is read again whole, as it always was,
+            # and what fails then is the records' error.
+            try:
+                return pj.read_json(
+                    pa.BufferReader(data),
+                    read_options=pj.ReadOptions(use_threads=True, block_size=part),
+                    parse_options=parse,
+                )
+            except pa.ArrowInvalid:
+                pass
         return pj.read_json(
             pa.BufferReader(data),
-            read_options=pj.ReadOptions(use_threads=False, block_size=max(len(data), 1 << 20)),
-            parse_options=pj.ParseOptions(
-                explicit_schema=schema,
-                # Unknown fields are read only when schema_evolution does something
-                # with them (fail, rescue, add): `none` ignores them, as always.
-                unexpected_field_behavior="infer" if self.evolution.detects else "ignore",
-                newlines_in_values=multiline,
-            ),
+            read_options=pj.ReadOptions(use_threads=False, block_size=whole),
+            parse_options=parse,
         )
 
     def _diagnose(self, record: bytes, error: Exception) -> str:
