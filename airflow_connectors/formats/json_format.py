@@ -71,6 +71,15 @@ if TYPE_CHECKING:
     from airflow_connectors.spec.models import ColumnSpec, TableSpec
 
 _TEXT_PARSED = ("DATE", "TIME", "TIMESTAMP")  # JSON has no such types: read as strings
+
+
+def _parsed_by_reader(t: pa.DataType) -> bool:
+    """A naive microsecond TIMESTAMP is parsed by pyarrow's JSON reader itself: it takes
+    and refuses the same strings as the text rule (:func:`~._conform.parse_temporal`,
+    a zone offset converted to UTC), without a string column built and cast again."""
+    import pyarrow as pa
+
+    return pa.types.is_timestamp(t) and t.tz is None and t.unit == "us"
 #: Blocks of ``array: true`` objects are smaller: an array is often one large object.
 ARRAY_BLOCK_BYTES = 1 << 20
 
@@ -153,7 +162,7 @@ class JsonFormat(Format):
         self.schema = self.table.arrow_schema()
         self.fields = {
             c.name: pa.field(c.name, pa.string())
-            if c.type.kind in _TEXT_PARSED
+            if c.type.kind in _TEXT_PARSED and not _parsed_by_reader(f.type)
             else f.with_nullable(True)
             for c, f in zip(self.table.columns, self.schema, strict=True)
             # _rescued_data is made, not read: a field of that name is an unknown one.

@@ -229,3 +229,40 @@ def test_bad_values_in_a_block_are_isolated_and_good_rows_land() -> None:
     out = list(f.decode(iter([b"\n".join(rows)]), final=True, first_record=1, at_start=True))
     assert [r["id"] for d in out for r in d.table.to_pylist()] == [1, 2, 4, 5, 7, 8]
     assert [(e.record, e.line) for d in out for e in d.errors] == [(3, 3), (6, 6), (9, 9)]
+
+
+TIMESTAMP_TEXTS = [
+    "2026-01-02T10:11:12",
+    "2026-01-02 10:11:12.5",
+    "2026-01-02",
+    "2026-01-02T10",
+    "2026-01-02T10:11",
+    "2026-01-02T10:11:12.123456",
+    "2026-01-02T10:11:12.1234567",
+    "2026-01-02T10:11:12Z",
+    "2026-01-02 10:11Z",
+    "2026-01-02T10:11:12+01:00",
+    "2026-01-02T10:11:12-0530",
+    "2026-01-02T10:11:12+01",
+    "2026-01-02T10:11:12.5+01:00",
+    "0001-01-01T00:00:00+01:00",
+    "9999-12-31T23:59:59-01:00",
+    "0001-01-01T00:00:00",
+    "2026-02-30T00:00:00",
+    "20260102",
+    " 2026-01-02",
+    "2026-01-02T25:00:00",
+    "2026-01-02T10:11:12 +01:00",
+]
+
+
+@pytest.mark.parametrize("text", TIMESTAMP_TEXTS)
+def test_json_reads_a_timestamp_text_as_the_text_rule_does(text: str) -> None:
+    # Issue 27: pyarrow's JSON reader parses a naive TIMESTAMP column itself (no string
+    # column built and cast again); it must take and refuse what CSV's text rule does,
+    # a zone offset converted to UTC.
+    case = Case(T("TIMESTAMP"), f'"{text}"', text, pa.array([text]))
+    json_rows, json_errors = outcome(decode_as("json", case))
+    csv_rows, csv_errors = outcome(decode_as("csv", case))
+    assert json_rows == csv_rows
+    assert [e.record for e in json_errors] == [e.record for e in csv_errors]
