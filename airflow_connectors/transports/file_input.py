@@ -8,6 +8,7 @@ never ends the input.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import stat
@@ -52,7 +53,8 @@ class FileInputConfig(StrictConfig):
         default=None,
         gt=0,
         description=f"Bytes read per request (Feldera's buffer_size_bytes); unset: "
-        f"{READ_CHUNK >> 20} MiB.",
+        f"{READ_CHUNK >> 20} MiB. The rest of a file shorter than three of them is read "
+        "in one request.",
     )
     min_file_age: float = Field(
         default=5.0,
@@ -267,11 +269,19 @@ def _read_range(path: str, start: int, end: int | None, chunk: int) -> Iterator[
         raise FileNotFoundError(f"file_input: {path} was listed for this batch but is gone") from e
     with fh:
         fh.seek(start)
-        remaining = None if end is None else end - start
-        while remaining is None or remaining > 0:
-            data = fh.read(chunk if remaining is None else min(chunk, remaining))
+        # A rest of under three chunks is read at once: a file of one or two blocks
+        # reaches the format as one piece, not pieces it joins again (a copy). A file
+        # read to its end is read on past the size it had here if it grew meanwhile.
+        known = end
+        if known is None:
+            with contextlib.suppress(OSError):
+                known = os.fstat(fh.fileno()).st_size
+        at = start
+        while end is None or at < end:
+            left = None if known is None else known - at
+            size = left if left is not None and 0 < left < 3 * chunk else chunk
+            data = fh.read(size if end is None else min(size, end - at))
             if not data:
                 break
-            if remaining is not None:
-                remaining -= len(data)
+            at += len(data)
             yield data

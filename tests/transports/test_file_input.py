@@ -113,3 +113,26 @@ def test_a_path_matching_nothing_is_reported(spark: Any, sqlite_url: str, tmp_pa
     st = status(sqlite_url, "p", "t", "files")
     assert st.total_records == 0 and st.num_transport_errors == 1
     assert "matches no file" in st.transport_errors[-1]["message"]
+
+
+def test_a_file_is_read_in_chunks_and_its_short_rest_in_one_piece(tmp_path: Path) -> None:
+    # Issue 27: a file of one or two blocks reaches the format as one piece (the format
+    # joined the pieces again, a copy of every byte); a longer one in chunks, its last
+    # under-three-chunks rest at once; a range stops at its end; a file that grew past
+    # the size it had when opened is read on to its end.
+    from airflow_connectors.transports.file_input import _read_range
+
+    path = tmp_path / "f"
+    data = bytes(range(256)) * 40  # 10,240 bytes
+    path.write_bytes(data)
+    pieces = list(_read_range(str(path), 0, None, 1000))
+    assert b"".join(pieces) == data
+    assert [len(p) for p in pieces] == [1000] * 8 + [2240]
+    assert [len(p) for p in _read_range(str(path), 0, None, 4000)] == [10240]
+    assert b"".join(_read_range(str(path), 100, 5100, 1000)) == data[100:5100]
+    assert [len(p) for p in _read_range(str(path), 100, 5100, 1000)] == [1000, 1000, 1000, 2000]
+    grown = _read_range(str(path), 0, None, 4000)
+    first = next(grown)
+    with path.open("ab") as f:
+        f.write(b"more")
+    assert first + b"".join(grown) == data + b"more"
