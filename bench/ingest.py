@@ -308,20 +308,46 @@ def run_engine(spark: Any, doc: dict[str, Any], work: Path, driver_memory: str) 
     spec = parse_pipeline(doc)
     store = StateStore(settings.state_store_url)
     runner = EmbeddedRunner(spec, settings, store=store, spark=lambda: spark)
+    jobs = spark_jobs(spark)
     t0 = time.perf_counter()
     report = runner.run()
     seconds = time.perf_counter() - t0
+    end = time.time()
+    first = first_task_launched(spark, spark_jobs(spark) - jobs)
     table = spec.table("events")
     out = runner.context(table, table.connectors[0]).sink().location()
     (rep,) = report.connectors.values()
     return {
         "seconds": seconds,
+        # The issue's "batch": from its first Spark task's launch to the end of the
+        # commit (run() less discovery, planning and the job's start).
+        "batch_seconds": end - first if first is not None else seconds,
         "out": out,
         "records": rep.records,
         "parse_errors": rep.parse_errors,
         "batches": rep.batches,
         "spark_started": report.spark_started,
     }
+
+
+def spark_jobs(spark: Any) -> set[int]:
+    """The ids of the session's jobs so far (the engine sets no job group here)."""
+    return set(spark.sparkContext.statusTracker().getJobIdsForGroup())
+
+
+def first_task_launched(spark: Any, jobs: set[int]) -> float | None:
+    """When the first task of ``jobs`` was launched (epoch seconds, from Spark's status
+    store), or None."""
+    tracker = spark.sparkContext.statusTracker()
+    store = spark.sparkContext._jsc.sc().statusStore()
+    times = []
+    for job in jobs:
+        info = tracker.getJobInfo(job)
+        for stage in info.stageIds if info is not None else ():
+            launched = store.lastStageAttempt(stage).firstTaskLaunchedTime()
+            if launched.isDefined():
+                times.append(launched.get().getTime() / 1000)
+    return min(times) if times else None
 
 
 def count_rows(spark: Any, path: str, out: str) -> int:
@@ -364,6 +390,50 @@ def s3_doc(server: Any, fmt: str, key: str | None = None) -> dict[str, Any]:
 def engine_path(sink: str) -> str:
     """The name of the engine's timed path into ``sink``."""
     return "engine" if sink == "parquet" else f"engine-{sink}"
+
+
+#: DuckDB's types for the table's columns (``read_json``/``read_csv`` ``columns=``).
+DUCKDB_TYPES = {"INT": "INTEGER"}
+
+#: One DuckDB COPY, timed inside its process (without the interpreter's start and the
+#: import): what the engine's batch is compared with.
+DUCKDB_COPY = """
+import sys, time, duckdb
+src, out = sys.argv[1], sys.argv[2]
+con = duckdb.connect()
+t = time.perf_counter()
+con.execute(f"COPY (SELECT * FROM {src}) TO '{out}' (FORMAT parquet, COMPRESSION snappy)")
+print(time.perf_counter() - t)
+"""
+
+
+def duckdb_python() -> Path | None:
+    """``bench/.venv``'s Python when it has DuckDB (``bench/setup.sh``), else None."""
+    python = HERE / ".venv" / "bin" / "python"
+    if not python.exists():
+        return None
+    ok = subprocess.run([str(python), "-c", "import duckdb"], capture_output=True).returncode
+    return python if ok == 0 else None
+
+
+def run_duckdb(python: Path, fmt: str, folder: str, work: Path) -> dict[str, Any]:
+    """DuckDB's whole ``COPY (SELECT * FROM read_json/read_csv(...)) TO parquet`` of the
+    same files with the table's column types, snappy as the engine's sink writes."""
+    work.mkdir(parents=True, exist_ok=True)
+    out = str(work / "duckdb.parquet")
+    types = ", ".join(
+        f"'{name}': '{DUCKDB_TYPES.get(t.split()[0], t.split()[0])}'" for name, t in COLUMNS.items()
+    )
+    files = os.path.join(folder, f"*.{EXTENSIONS[fmt]}")
+    src = (
+        f"read_json('{files}', format='newline_delimited', columns={{{types}}})"
+        if fmt == "json"
+        else f"read_csv('{files}', header=false, columns={{{types}}})"
+    )
+    done = subprocess.run(
+        [str(python), "-c", DUCKDB_COPY, src, out], capture_output=True, text=True, check=True
+    )
+    return {"seconds": float(done.stdout.strip().splitlines()[-1]), "out": out}
 
 
 def run_raw(spark: Any, fmt: str, ddl: str, src: str, work: Path) -> dict[str, Any]:
@@ -482,6 +552,12 @@ def main(argv: list[str] | None = None) -> int:
         "127.0.0.1 (s3_input, moto) into Parquet: the 'engine-s3' path",
     )
     parser.add_argument("--keep", action="store_true", help="keep the Parquet outputs")
+    parser.add_argument(
+        "--duckdb",
+        action="store_true",
+        help="also time DuckDB's whole COPY of the same files into Parquet in each round "
+        "(bench/.venv from bench/setup.sh) and print engine / DuckDB per round",
+    )
     parser.add_argument("--driver-memory", default="4g")
     args = parser.parse_args(argv)
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
@@ -523,6 +599,9 @@ def main(argv: list[str] | None = None) -> int:
 
     failures: list[str] = []
     results: dict[str, dict[str, Any]] = {}
+    duck = duckdb_python() if args.duckdb else None
+    if args.duckdb and duck is None:
+        parser.error("--duckdb needs bench/.venv with DuckDB: run bench/setup.sh first")
     s3 = start_s3(data) if args.s3 else None
     try:
         for fmt in formats:
@@ -563,8 +642,9 @@ def main(argv: list[str] | None = None) -> int:
             warm_page_cache(d["paths"])
             print(f"   warm-up ({n_warm} files each, page cache): {time.perf_counter() - t0:.1f} s")
 
-            paths = [*docs, "raw"]
+            paths = [*docs, "raw", *(["duckdb"] if duck is not None else [])]
             times: dict[str, list[float]] = {p: [] for p in paths}
+            batch_times: dict[str, list[float]] = {}
             nn: dict[str, Any] | None = None
             for r in range(args.rounds):
                 order = paths[r % len(paths) :] + paths[: r % len(paths)]
@@ -574,7 +654,10 @@ def main(argv: list[str] | None = None) -> int:
                     work = tmp / fmt / f"{path}-{r + 1}"
                     os.sync()  # start each timed run without the previous run's dirty pages
                     gc.collect()
-                    if path != "raw":
+                    if path == "duckdb":
+                        assert duck is not None
+                        res = run_duckdb(duck, fmt, d["dir"], work)
+                    elif path != "raw":
                         res = run_engine(spark, docs[path], work, args.driver_memory)
                         if res["records"] != d["rows"] or res["parse_errors"]:
                             failures.append(
@@ -590,6 +673,8 @@ def main(argv: list[str] | None = None) -> int:
                             f"expected {d['rows']:,}"
                         )
                     times[path].append(res["seconds"])
+                    if "batch_seconds" in res:
+                        batch_times.setdefault(path, []).append(res["batch_seconds"])
                     line.append(f"{path} {res['seconds']:7.2f} s")
                     if path == paths[0] and r == args.rounds - 1:
                         nn = nothing_new(docs[path], work, args.driver_memory)
@@ -599,7 +684,7 @@ def main(argv: list[str] | None = None) -> int:
                         shutil.rmtree(work, ignore_errors=True)
                 check = "ok" if len(failures) == failed_before else "WRONG"
                 print(f"   round {r + 1}: " + "   ".join(line) + f"   (rows {d['rows']:,} {check})")
-            results[fmt] = {"times": times, "nothing_new": nn, "data": d}
+            results[fmt] = {"times": times, "batch": batch_times, "nothing_new": nn, "data": d}
             if not args.keep:
                 shutil.rmtree(tmp / fmt, ignore_errors=True)
     finally:
@@ -619,7 +704,7 @@ def main(argv: list[str] | None = None) -> int:
     for fmt, res in results.items():
         w = res["times"]["raw"]
         for path, e in res["times"].items():
-            if path == "raw":
+            if path in ("raw", "duckdb"):
                 continue
             ratio_med = statistics.median(e) / statistics.median(w)
             ratio_min = min(e) / min(w)
@@ -640,6 +725,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"S3 overhead ({fmt}): engine from the S3 test server {remote:.2f} s vs from local "
                 f"files {local:.2f} s (median): x{remote / local:.2f}"
             )
+    for fmt, res in results.items():
+        if "duckdb" not in res["times"]:
+            continue
+        e, k = res["times"]["engine"], res["times"]["duckdb"]
+        b = res["batch"]["engine"]
+        rounds = [x / y for x, y in zip(b, k, strict=True)]
+        print(
+            f"DuckDB ({fmt}): COPY median {statistics.median(k):.2f} s (min {min(k):.2f}); "
+            f"engine batch (first task -> commit) median {statistics.median(b):.2f} s, "
+            f"/ DuckDB {statistics.median(b) / statistics.median(k):.2f}x by median, per round "
+            f"{', '.join(f'{x:.2f}' for x in rounds)} (target <= 1.5x); engine run() / DuckDB "
+            f"{statistics.median(e) / statistics.median(k):.2f}x"
+        )
     for fmt, res in results.items():
         nn = res["nothing_new"]
         if nn is None:
