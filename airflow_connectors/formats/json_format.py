@@ -80,6 +80,8 @@ def _parsed_by_reader(t: pa.DataType) -> bool:
     import pyarrow as pa
 
     return pa.types.is_timestamp(t) and t.tz is None and t.unit == "us"
+
+
 #: Blocks of ``array: true`` objects are smaller: an array is often one large object.
 ARRAY_BLOCK_BYTES = 1 << 20
 
