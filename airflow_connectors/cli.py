@@ -334,18 +334,24 @@ def _print_tables(spec: Any, runner: Any, show: int) -> None:
         sink.state_store_url = runner.settings.state_store_url  # the Iceberg catalog's default
         for kind in ("rows", "errors"):
             path = mask_url(sink.location(kind))  # a folder or an s3:// URL
+            shown = show and kind == "rows"
             try:
-                data = sink.read(kind)  # a Delta or Iceberg table through its metadata
+                # Counted from the table's metadata (Parquet footers, the Delta log,
+                # Iceberg manifests): read whole only when rows are shown.
+                data = sink.read(kind) if shown else None
+                rows = data.num_rows if data is not None else None
+                if not shown:
+                    rows = sink.count_rows(kind)
             except (OSError, ValueError) as e:
                 print(f"table {table.name}: {describe_error(path, e, 'read')}", file=sys.stderr)
                 break
-            if data is None:
+            if rows is None:
                 if kind == "rows":
                     print(f"table {table.name}: no rows yet ({path})")
                 continue
             label = table.name if kind == "rows" else f"{table.name}__errors"
-            print(f"table {label}: {data.num_rows} rows at {path}")
-            if show and kind == "rows":
+            print(f"table {label}: {rows} rows at {path}")
+            if data is not None:
                 for row in data.slice(0, show).to_pylist():
                     print(f"  {row}")
 

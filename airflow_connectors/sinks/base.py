@@ -163,6 +163,19 @@ class Sink(ABC):
         dataset = parquet_dataset(self.location(kind))
         return None if dataset is None else dataset.to_table()
 
+    def count_rows(self, kind: Kind = "rows") -> int | None:
+        """How many rows (or dead letters) :meth:`read` would give, without reading them
+        where the table's metadata says (the CLI's summary after a run counted whole
+        tables by reading them); None when it has none yet. Default: the Parquet files'
+        footers, or the rows of :meth:`read` for a sink that reads its own way."""
+        if type(self).read is not Sink.read:
+            data = self.read(kind)
+            return None if data is None else data.num_rows
+        from airflow_connectors.sinks._fs import parquet_dataset
+
+        dataset = parquet_dataset(self.location(kind))
+        return None if dataset is None else dataset.count_rows()
+
     def column_max(self, column: str) -> object | None:
         """The greatest non-null value of ``column`` in the table's rows now (a stream's
         hand-over point after a backfill, ``transports/handover.py``); None when the

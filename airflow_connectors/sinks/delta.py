@@ -213,6 +213,33 @@ class DeltaSink(Sink):
         except Exception as e:
             raise OSError(f"cannot read the Delta table at {self.location(kind)}: {_why(e)}") from e
 
+    def count_rows(self, kind: Kind = "rows") -> int | None:
+        """The current version's rows from its data files' footers (the log lists the
+        files); a table with reader features or partitions is read as :meth:`read`."""
+        try:
+            dt = self._open(kind)
+            if dt is None:
+                return None
+            dataset = self._files_dataset(dt, kind)
+            if dataset is None:
+                return int(self._read_files(dt, kind).num_rows)
+            return int(dataset.count_rows())
+        except Exception as e:
+            raise OSError(f"cannot read the Delta table at {self.location(kind)}: {_why(e)}") from e
+
+    def _files_dataset(self, dt: DeltaTable, kind: Kind) -> Any:
+        """The current version's files as a pyarrow dataset, or None where deltalake must
+        read them (partition columns, reader features such as deletion vectors)."""
+        import pyarrow as pa
+        import pyarrow.dataset as ds
+
+        if dt.metadata().partition_columns or dt.protocol().reader_features:
+            return None
+        fs, _ = _fs.filesystem(self.location(kind))
+        paths = [_path_in_filesystem(uri) for uri in dt.file_uris()]
+        schema = pa.schema(dt.schema().to_arrow())
+        return ds.dataset(paths, schema=schema, format="parquet", filesystem=fs)
+
     def _read_files(self, dt: DeltaTable, kind: Kind) -> pa.Table:
         """The current version's data files (as the log lists them) read by pyarrow
         with the table's schema (files written before a column was added read it as
@@ -222,15 +249,8 @@ class DeltaSink(Sink):
         26): ``airflow-connectors run`` printed its summary, then exited 134. Tables
         this sink did not write alone (partition columns, reader features such as
         deletion vectors or column mapping) are still read by deltalake."""
-        import pyarrow as pa
-        import pyarrow.dataset as ds
-
-        if dt.metadata().partition_columns or dt.protocol().reader_features:
-            return dt.to_pyarrow_table()
-        fs, _ = _fs.filesystem(self.location(kind))
-        paths = [_path_in_filesystem(uri) for uri in dt.file_uris()]
-        schema = pa.schema(dt.schema().to_arrow())
-        return ds.dataset(paths, schema=schema, format="parquet", filesystem=fs).to_table()
+        dataset = self._files_dataset(dt, kind)
+        return dt.to_pyarrow_table() if dataset is None else dataset.to_table()
 
     # -- prepare -------------------------------------------------------------------
 

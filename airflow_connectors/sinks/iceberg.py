@@ -55,8 +55,8 @@ import contextlib
 import os
 import random
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import Field
 
@@ -82,6 +82,9 @@ COMMIT_TRIES = 20
 #: deleted it (null: the key's current row). Databricks' AUTO CDC names.
 START_AT = "__start_at"
 END_AT = "__end_at"
+
+
+_T = TypeVar("_T")
 
 
 class IcebergSinkConfig(SinkConfig):
@@ -285,6 +288,14 @@ class IcebergSink(Sink):
     def read(self, kind: Kind = "rows") -> pa.Table | None:
         """The rows of the Iceberg table's current snapshot (through the catalog); None
         when there is no table yet. Raises OSError (one line, no password)."""
+        return self._scan(kind, lambda scan: scan.to_arrow())
+
+    def count_rows(self, kind: Kind = "rows") -> int | None:
+        """The current snapshot's rows, from its manifests where no delete files apply
+        (pyiceberg's ``DataScan.count``), without reading them."""
+        return self._scan(kind, lambda scan: int(scan.count()))
+
+    def _scan(self, kind: Kind, use: Callable[[Any], _T]) -> _T | None:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
         uri = self.catalog_uri()
@@ -294,7 +305,7 @@ class IcebergSink(Sink):
                     table = catalog.load_table(self.identifier(kind))
                 except (NoSuchTableError, NoSuchNamespaceError):
                     return None
-                return table.scan().to_arrow()
+                return use(table.scan())
         except SinkUnwritable as e:
             raise OSError(str(e)) from e
         except Exception as e:

@@ -1132,6 +1132,19 @@ class PostgresSink(Sink):
             raise OSError(str(e)) from e
         return _as_declared(data, self.schema(kind))
 
+    def count_rows(self, kind: Kind = "rows") -> int | None:
+        """``SELECT count(*)`` of the target table (None: it does not exist)."""
+        try:
+            with self.transaction(f"read {self.location(kind)}") as cur:
+                schema = self.resolve_schema(cur)
+                name = self.target(kind)[1]
+                if not self._exists(cur, schema, name):
+                    return None
+                cur.execute(f"SELECT count(*) FROM {quoted(schema)}.{quoted(name)}")
+                return int(cur.fetchone()[0])
+        except SinkUnwritable as e:
+            raise OSError(str(e)) from e
+
     def column_max(self, column: str) -> object | None:
         """``SELECT max(column)`` of the target table (None: no table, or no value)."""
         try:

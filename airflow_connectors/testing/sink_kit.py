@@ -499,11 +499,17 @@ class SinkConformance(KitFixtures):
         """The table holds exactly ``rows`` (each once) and ``bad`` dead letters of the
         bad line; the sink's own checks pass."""
         assert_same_records(case.read(), rows, "id", f"{self.sink_name} table ({case.name})")
+        counted = case.sink().count_rows()
+        assert counted == rows.num_rows, (
+            f"{case.name}: the sink counts {counted} rows (count_rows, what the CLI's "
+            f"summary prints), its table holds {rows.num_rows}"
+        )
         if bad:
             dead = case.read("errors")
             assert dead.num_rows == bad, (
                 f"{case.name}: {dead.num_rows} dead letters, expected {bad}"
             )
+            assert case.sink().count_rows("errors") == bad, case.name
             assert dead.column("raw_text").to_pylist() == [BAD_LINE] * bad, case.name
             assert all(k.endswith(BAD_FILE) for k in dead.column("source_key").to_pylist())
         self.check_landed(case)

@@ -79,6 +79,7 @@ def stage(sink: DeltaSink, batch: int, changes: list[Change], attempt: str = "1-
 def table_rows(sink: DeltaSink) -> dict[int, dict[str, Any]]:
     data = sink.read()
     assert data is not None
+    assert sink.count_rows() == data.num_rows  # the CLI's count, from the log's files
     ids = data.column("id").to_pylist()
     assert len(set(ids)) == len(ids), "a key twice in the table"
     return {r["id"]: r for r in data.to_pylist()}

@@ -102,6 +102,7 @@ class Lake:
     def rows(self) -> dict[Any, dict[str, Any]]:
         data = self.sink().read()
         assert data is not None
+        assert self.sink().count_rows() == data.num_rows  # from manifests and deletes
         out: dict[Any, dict[str, Any]] = {}
         for row in data.to_pylist():
             key = tuple(row[k] for k in self.table.primary_key)

@@ -168,6 +168,7 @@ def expected(rows: dict[Any, Change], names: list[str]) -> list[Change]:
 def landed(sink: PostgresSink) -> list[Change]:
     data = sink.read()
     assert data is not None
+    assert sink.count_rows() == data.num_rows
     names = sink.table.column_names
     got = data.select(names).sort_by("id").to_pylist()
     assert len({r["id"] for r in got}) == len(got)  # one row per key
