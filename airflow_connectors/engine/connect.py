@@ -274,17 +274,35 @@ def _prepare(session: Any, settings: Settings, data_sources: bool) -> None:
     session id) keeps it."""
     t0 = time.monotonic()
     if settings.ship_package != "never":
-        try:
-            session.addArtifacts(str(_package_zip()), pyfile=True)
-        except Exception as exc:
-            if "ALREADY_EXISTS" not in str(exc).upper():
-                raise
-            log.debug("Spark Connect: the session has this package already")
+        _add_package(session)
     if data_sources:
         from airflow_connectors.engine.datasource import register
 
         register(session)
     log.debug("Spark Connect: session prepared in %.2f s", time.monotonic() - t0)
+
+
+def _add_package(session: Any, attempts: int = 5) -> None:
+    """This package's zip as an artifact of ``session``. Another process attaching to
+    the same shared session may be adding the same zip at this moment: the server then
+    answers ``ALREADY_EXISTS``, or, when both writes meet, ``INTERNAL`` naming the zip's
+    path (its file move failed because the other write landed first); that one is
+    asked again a moment later, when the zip is there."""
+    zip_path = str(_package_zip())
+    name = zip_path.rsplit("/", 1)[-1]
+    for attempt in range(attempts):
+        try:
+            session.addArtifacts(zip_path, pyfile=True)
+            return
+        except Exception as exc:
+            text = str(exc)
+            if "ALREADY_EXISTS" in text.upper():
+                log.debug("Spark Connect: the session has this package already")
+                return
+            if attempt + 1 >= attempts or "INTERNAL" not in text or name not in text:
+                raise
+            log.debug("Spark Connect: adding the package met another process's add; again")
+            time.sleep(0.2 * (attempt + 1))
 
 
 def _loopback_channel_builder(url: str) -> Any:

@@ -147,3 +147,44 @@ def test_spark_connect_sessions_are_shared_unless_set_per_task(options: dict[str
         "[connectors] spark_connect_session (AIRFLOW__CONNECTORS__SPARK_CONNECT_SESSION) is "
         "'private'; expected one of shared, per_task"
     )
+
+
+class _RacingSession:
+    """A Spark Connect session whose server answers ``addArtifacts`` as it does when
+    another process of the shared session adds the same zip at the same moment (the
+    server's file move meets the other write): failure injection a single real client
+    cannot provoke on demand."""
+
+    def __init__(self, answers: list[str | None]) -> None:
+        self.answers = answers
+        self.calls = 0
+
+    def addArtifacts(self, path: str, pyfile: bool = False) -> None:
+        answer = self.answers[min(self.calls, len(self.answers) - 1)]
+        self.calls += 1
+        if answer is not None:
+            raise RuntimeError(answer.format(name=os.path.basename(path)))
+
+
+def test_the_package_is_added_again_when_another_process_adds_it_at_once() -> None:
+    # Issue 26's shared sessions: two ingest tasks attach to one server session and add
+    # the same zip; the one whose move met the other's saw INTERNAL naming the zip, and
+    # its task failed. It is asked again; ALREADY_EXISTS means the zip is there.
+    from airflow_connectors.engine.connect import _add_package
+
+    raced = "<_InactiveRpcError status = StatusCode.INTERNAL details = /tmp/a/pyfiles/{name}>"
+    session = _RacingSession([raced, None])
+    _add_package(session)
+    assert session.calls == 2
+    session = _RacingSession([raced, "[ARTIFACT_ALREADY_EXISTS] ..."])
+    _add_package(session)
+    assert session.calls == 2
+    # Any other error is the session's failure, at once; a race that never ends too.
+    other = _RacingSession(["StatusCode.INTERNAL details = out of disk"])
+    with pytest.raises(RuntimeError, match="out of disk"):
+        _add_package(other)
+    assert other.calls == 1
+    forever = _RacingSession([raced])
+    with pytest.raises(RuntimeError, match="INTERNAL"):
+        _add_package(forever, attempts=3)
+    assert forever.calls == 3
