@@ -317,7 +317,10 @@ class Parts:
         return resp.json()
 
     def asset(self, uri: str) -> dict[str, Any]:
-        [asset] = [a for a in self.get("/api/v2/assets", limit=1000)["assets"] if a["uri"] == uri]
+        # Searched by URI: the API answers at most [api] maximum_page_limit (100) assets
+        # a page, and an Airflow shared by several test modules holds more.
+        found = self.get("/api/v2/assets", uri_pattern=uri, limit=100)["assets"]
+        [asset] = [a for a in found if a["uri"] == uri]
         return dict(asset)
 
     def asset_events(self, uri: str) -> list[dict[str, Any]]:

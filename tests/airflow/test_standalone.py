@@ -70,7 +70,10 @@ class Orchestra:
 
     def asset_events(self, uri: str) -> list[dict[str, Any]]:
         """The events of the asset ``uri``, oldest first."""
-        [asset] = [a for a in self.get("/api/v2/assets", limit=1000)["assets"] if a["uri"] == uri]
+        # Searched by URI: the API answers at most [api] maximum_page_limit (100) assets
+        # a page, and an Airflow shared by several test modules holds more.
+        found = self.get("/api/v2/assets", uri_pattern=uri, limit=100)["assets"]
+        [asset] = [a for a in found if a["uri"] == uri]
         events = self.get("/api/v2/assets/events", asset_id=asset["id"], limit=1000)
         return sorted(events["asset_events"], key=lambda e: e["timestamp"])
 
