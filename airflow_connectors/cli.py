@@ -460,7 +460,9 @@ def _pipeline(args: argparse.Namespace) -> int:
         if client is not None:
             if args.action != "status":
                 client.call("POST", f"/v0/pipelines/{args.pipeline}/{args.action}")
-            stats = client.call("GET", f"/v0/pipelines/{args.pipeline}/stats")
+            stats = client.call(
+                "GET", f"/v0/pipelines/{args.pipeline}/stats?include_connector_errors=true"
+            )
             return _print_pipeline(args, stats["global_metrics"]["state"].upper(), stats["inputs"])
     except ApiFailed as e:
         print(f"pipeline {args.pipeline}: {e}", file=sys.stderr)

@@ -171,6 +171,7 @@ def feldera_status(
             "total_bytes": st.total_bytes,
             "total_records": st.total_records,
             "buffered_records": st.buffered_records,
+            "buffered_bytes": st.buffered_bytes,
             "num_transport_errors": st.num_transport_errors,
             "num_parse_errors": st.num_parse_errors,
             "end_of_input": st.end_of_input,
@@ -179,6 +180,8 @@ def feldera_status(
             "lag": st.lag,
         },
         "paused": view.paused,
+        # No batch holds back anything else: a batch commits alone, with its offsets.
+        "barrier": False,
         "state": view.state.value,
         # A failure another attempt or a later run superseded is not fatal any more
         # (it stays in the transport errors).

@@ -92,6 +92,19 @@ class Batches(Connectors):
             ).scalar()
         return None if value is None else float(value)
 
+    def batch_counts(self, pipeline: str) -> tuple[int, int]:
+        """How many batches the pipeline's connectors planned (still planned or
+        committed) and how many of them committed: Feldera's initiated and completed
+        steps (a batch is this engine's step; released batches are gone)."""
+        committed = sa.func.sum(
+            sa.case((s.batches.c.status == BatchStatus.COMMITTED.value, 1), else_=0)
+        )
+        with self.tx() as conn:
+            row = conn.execute(
+                sa.select(sa.func.count(), committed).where(s.batches.c.pipeline == pipeline)
+            ).one()
+        return int(row[0] or 0), int(row[1] or 0)
+
     def _batches(self, ref: ConnectorRef, cond: sa.ColumnElement[bool]) -> list[Batch]:
         with self.tx() as conn:
             rows = conn.execute(

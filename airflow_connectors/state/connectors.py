@@ -213,9 +213,11 @@ class Connectors(Database):
             if row is None:
                 return None
             pending = conn.execute(
-                sa.select(s.batches.c.planned_records, s.batches.c.planned_items).where(
-                    ref.where(s.batches), s.batches.c.status == BatchStatus.PLANNED.value
-                )
+                sa.select(
+                    s.batches.c.planned_records,
+                    s.batches.c.planned_items,
+                    s.batches.c.planned_bytes,
+                ).where(ref.where(s.batches), s.batches.c.status == BatchStatus.PLANNED.value)
             ).all()
             errs = conn.execute(
                 sa.select(s.errors).where(ref.where(s.errors)).order_by(s.errors.c.id)
@@ -240,6 +242,7 @@ class Connectors(Database):
                 p.planned_records if p.planned_records is not None else p.planned_items
                 for p in pending
             ),
+            buffered_bytes=sum(p.planned_bytes or 0 for p in pending),
             buffered_batches=len(pending),
         )
         for e in errs:
@@ -253,6 +256,17 @@ class Connectors(Database):
                 entry["record_number"] = e.record_number
             (st.parse_errors if e.kind == "parse" else st.transport_errors).append(entry)
         return st
+
+    def first_discovered_at(self, pipeline: str) -> float | None:
+        """When the pipeline's first connector first planned a batch (epoch seconds), or
+        None: Feldera's ``created_at`` of the pipeline."""
+        with self.tx() as conn:
+            value = conn.execute(
+                sa.select(sa.func.min(s.connectors.c.first_discovered_at)).where(
+                    s.connectors.c.pipeline == pipeline
+                )
+            ).scalar()
+        return None if value is None else float(value)
 
     def known_connectors(self, pipeline: str | None = None) -> list[ConnectorRef]:
         """Every connector the store has a row for (of ``pipeline``, when given), whether

@@ -126,6 +126,9 @@ class ConnectorState:
     #: transport cannot tell, or before the first discovery that measured it.
     lag: int | None = None
     buffered_records: int = 0
+    #: Bytes the planned batches read (those whose work items all have a known size):
+    #: planned, not committed (Feldera's ``buffered_bytes``).
+    buffered_bytes: int = 0
     buffered_batches: int = 0
     parse_errors: list[dict[str, Any]] = field(default_factory=list)
     transport_errors: list[dict[str, Any]] = field(default_factory=list)

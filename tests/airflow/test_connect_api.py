@@ -171,6 +171,88 @@ def test_errors_have_one_shape(api: Api) -> None:
     assert bad_body.json()["message"].startswith("invalid request: body.offsets")
 
 
+def test_feldera_answers_are_valid_against_felderas_own_schemas(api: Api) -> None:
+    """Issue 28: a client generated from Feldera's openapi.json reads every answer of the
+    Feldera routes: checked with an OpenAPI 3.0 validator against the schemas of
+    Feldera's own document (``feldera_schemas.json``, the subset, with its commit)."""
+    from feldera_schemas import validate
+
+    for errors in ("false", "true"):
+        stats = api("GET", f"/v0/pipelines/api/stats?include_connector_errors={errors}")
+        assert stats.status_code == 200, stats.text
+        doc = stats.json()
+        validate(doc, "ControllerStatus")
+        assert doc["outputs"] == []
+        names = [i["endpoint_name"] for i in doc["inputs"]]
+        assert names == sorted(names) and "events.files" in names
+        metrics = doc["global_metrics"]
+        assert metrics["total_input_records"] == sum(
+            i["metrics"]["total_records"] for i in doc["inputs"]
+        )
+        assert metrics["total_completed_steps"] <= metrics["total_initiated_steps"]
+        listed = [i["parse_errors"] is not None for i in doc["inputs"]]
+        assert all(listed) if errors == "true" else not any(listed)
+    # The pipeline's status, as Feldera's SDK and fda poll it.
+    info = api("GET", "/v0/pipelines/api")
+    assert info.status_code == 200, info.text
+    validate(info.json(), "PipelineSelectedInfo")
+    assert info.json()["name"] == "api"
+    assert info.json()["deployment_status"] == doc["global_metrics"]["state"]
+    for connector in ("files", "flaky", "gen"):
+        status = api("GET", f"/v0/pipelines/api/tables/events/connectors/{connector}/stats")
+        assert status.status_code == 200, status.text
+        validate(status.json(), "InputEndpointStatus")
+        assert status.json()["barrier"] is False
+    errors = [
+        api("GET", "/v0/pipelines/nope/stats"),
+        api("GET", "/v0/pipelines/nope"),
+        api("GET", "/v0/pipelines/api/tables/events/connectors/nope/stats"),
+        api("GET", "/v0/pipelines/api/tables/nope/schema"),
+        api("POST", "/v0/pipelines/api/tables/events/connectors/files/restart"),
+        api("POST", "/v0/pipelines/api/restart"),
+        api("GET", "/v0/pipelines/api/stats?include_connector_errors=maybe"),
+        api.airflow.client_for("reader", "reader-pw").post("/connect/v0/pipelines/api/pause"),
+        httpx.get(f"{api.airflow.url}/connect/v0/pipelines/api/stats", timeout=30),
+    ]
+    codes = []
+    for answer in errors:
+        validate(answer.json(), "ErrorResponse")
+        codes.append((answer.status_code, answer.json()["error_code"]))
+    assert codes == [
+        (404, "UnknownPipelineName"),
+        (404, "UnknownPipelineName"),
+        (404, "UnknownInputEndpoint"),
+        (404, "UnknownTableName"),
+        (400, "InvalidConnectorAction"),
+        (404, "UnsupportedPipelineAction"),
+        (400, "InvalidRequest"),
+        (403, "Forbidden"),
+        (401, "Unauthorized"),
+    ]
+    # The Kafka Connect routes keep Kafka Connect's shape.
+    assert api("GET", "/connectors/nope/status").json()["error_code"] == 404
+
+
+def test_feldera_start_runs_the_pipeline(api: Api) -> None:
+    """Feldera's ``POST /v0/pipelines/{p}/start`` answers 202 and runs the pipeline: it
+    resumes a paused one; ``initial=paused`` pauses it instead."""
+
+    def state() -> str:
+        return str(api("GET", "/v0/pipelines/api/stats").json()["global_metrics"]["state"])
+
+    assert api("POST", "/v0/pipelines/api/pause").status_code == 202
+    assert state() == "Paused"
+    assert api("POST", "/v0/pipelines/api/start").status_code == 202
+    assert state() == "Running"
+    assert api("POST", "/v0/pipelines/api/start?initial=paused").status_code == 202
+    assert state() == "Paused"
+    refused = api("POST", "/v0/pipelines/api/start?initial=standby")
+    assert refused.status_code == 400 and "no standby" in refused.json()["message"]
+    assert api("POST", "/v0/pipelines/api/start").status_code == 202
+    assert state() == "Running"
+    assert api("POST", "/v0/pipelines/nope/start").status_code == 404
+
+
 def test_lists_connectors_with_config_and_status(api: Api) -> None:
     listed = api("GET", "/connectors").json()  # other modules' pipelines may be there too
     assert [c for c in listed if c.startswith(("api.", "numbers."))] == [
@@ -212,7 +294,11 @@ def test_feldera_connector_and_pipeline_actions(api: Api) -> None:
     assert api("POST", f"{base}/pause").status_code == 200
     assert api.dag_paused("api.events.gen") is True
     bad = api("POST", f"{base}/Start")  # actions are case-sensitive
-    assert bad.status_code == 400 and "unknown action 'Start'" in bad.json()["message"]
+    assert bad.status_code == 400 and bad.json() == {  # Feldera's ErrorResponse
+        "message": "Invalid connector action 'Start'; valid actions are: 'start' or 'pause'",
+        "error_code": "InvalidConnectorAction",
+        "details": {"action": "Start"},
+    }
     assert api("POST", '/v0/pipelines/api/tables/"EVENTS"/connectors/gen/start').status_code == 404
     assert api("POST", "/v0/pipelines/nope/tables/events/connectors/gen/start").status_code == 404
     assert api("POST", "/v0/pipelines/api/tables/events/connectors/nope/start").status_code == 404
@@ -574,7 +660,7 @@ def test_feldera_orchestration_basic(
     base = f"/v0/pipelines/{pipeline}/tables/{path}"
 
     def stats() -> tuple[str, bool, int]:
-        pipe = api("GET", f"/v0/pipelines/{pipeline}/stats").json()
+        pipe = api("GET", f"/v0/pipelines/{pipeline}/stats?include_connector_errors=true").json()
         mine = api("GET", f"{base}/stats")
         assert mine.status_code == 200, mine.text
         doc = mine.json()
@@ -607,21 +693,40 @@ def test_feldera_orchestration_errors(api: Api) -> None:
             assert answer.status_code == 200, (table, action, answer.text)
     for action in ("action2", "START"):
         answer = api("POST", f"{pipeline}/tables/numbers/connectors/c1/{action}")
-        assert answer.status_code == 400 and answer.json()["error_code"] == 400
-    not_found = [
-        "/v0/pipelines/fldr-nope/tables/numbers/connectors/c1/start",
-        f"{pipeline}/tables/numbers/connectors/c2/start",
-        f"{pipeline}/tables/numbers/connectors/C1/start",
-        f"{pipeline}/tables/numbers2/connectors/c1/start",
-        f"{pipeline}/tables/%22Numbers%22/connectors/c1/start",
-        f"{pipeline}/Start",
-        "/v0/pipelines/fldr-nope/pause",
-    ]
-    for path in not_found:
+        assert answer.status_code == 400 and answer.json()["error_code"] == "InvalidConnectorAction"
+    # Feldera's codes: the pipeline manager's for a pipeline, the runtime's for an
+    # endpoint (an unknown table or connector alike), each with its details.
+    not_found = {
+        "/v0/pipelines/fldr-nope/tables/numbers/connectors/c1/start": (
+            "UnknownPipelineName",
+            {"pipeline_name": "fldr-nope"},
+        ),
+        f"{pipeline}/tables/numbers/connectors/c2/start": (
+            "UnknownInputEndpoint",
+            {"endpoint_name": "numbers.c2"},
+        ),
+        f"{pipeline}/tables/numbers/connectors/C1/start": (
+            "UnknownInputEndpoint",
+            {"endpoint_name": "numbers.C1"},
+        ),
+        f"{pipeline}/tables/numbers2/connectors/c1/start": (
+            "UnknownInputEndpoint",
+            {"endpoint_name": "numbers2.c1"},
+        ),
+        f"{pipeline}/tables/%22Numbers%22/connectors/c1/start": (
+            "UnknownInputEndpoint",
+            {"endpoint_name": '"Numbers".c1'},
+        ),
+        f"{pipeline}/Start": ("UnsupportedPipelineAction", {"action": "Start"}),
+        "/v0/pipelines/fldr-nope/pause": ("UnknownPipelineName", {"pipeline_name": "fldr-nope"}),
+    }
+    for path, (code, details) in not_found.items():
         answer = api("POST", path)
         assert answer.status_code == 404, (path, answer.text)
-        assert answer.json()["error_code"] == 404
-    assert "the pipeline actions are 'pause' and 'resume'" in api("POST", f"{pipeline}/Start").text
+        assert (answer.json()["error_code"], answer.json()["details"]) == (code, details), path
+    assert "the pipeline actions are 'start', 'pause' and 'resume'" in (
+        api("POST", f"{pipeline}/Start").text
+    )
 
 
 def test_data_flows_only_when_pipeline_and_connector_run(api: Api) -> None:
@@ -870,7 +975,9 @@ def test_read_only_user_reads_but_cannot_steer(api: Api) -> None:
     for method, path, body in STEERING:
         answer = reader.request(method, f"/connect{path}", json=body)
         assert answer.status_code == 403, (method, path, answer.text)
-        assert answer.json()["error_code"] == 403
+        # Each route's own error shape: Feldera's ErrorResponse, Kafka Connect's message.
+        feldera = path.startswith("/v0/")
+        assert answer.json()["error_code"] == ("Forbidden" if feldera else 403), path
         assert "edit access" in answer.json()["message"]
     assert api("GET", f"/connectors/{name}/status").json()["connector"]["state"] == before
     assert api.dag_paused(name) == paused_before

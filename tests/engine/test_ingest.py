@@ -366,6 +366,8 @@ def test_tolerance_none_fails_naming_object_and_record(
         and st.fatal_error == message
         and st.total_records == 0
         and st.buffered_records == 1
+        # The planned batch's bytes (Feldera's buffered_bytes): the whole file.
+        and st.buffered_bytes == len('{"id": 1}\n{"id": 2}\n{"id": "three"}\n')
     )
     assert read_table(wh, "p", "t").num_rows == 0  # nothing of the failed batch is visible
     # Fix the file: the same planned batch re-runs and lands everything.

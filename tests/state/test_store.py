@@ -53,6 +53,8 @@ def test_plan_commit_offsets_metrics_in_one_step(store_url: str) -> None:
     assert (
         st is not None and st.buffered_batches == 1 and st.buffered_records == 2 and not st.finished
     )
+    assert st.buffered_bytes == 20  # two items of 10 bytes planned (Feldera's buffered_bytes)
+    assert store.batch_counts("p") == (1, 0)  # Feldera's initiated and completed steps
     assert store.commit_batch(
         b1, "1-x", [receipt("a"), receipt("b", 3, 2)], [ErrorRecord("parse", "bad", "b", 4)]
     )
@@ -68,6 +70,9 @@ def test_plan_commit_offsets_metrics_in_one_step(store_url: str) -> None:
         0,
     )
     assert st.parse_errors[0]["message"] == "bad" and st.parse_errors[0]["record_number"] == 4
+    assert st.buffered_bytes == 0
+    store.plan_batches(REF, [plan("c")])
+    assert store.batch_counts("p") == (2, 1) and store.batch_counts("other") == (0, 0)
     # A committed batch cannot commit again: offsets and metrics stay as they are.
     assert not store.commit_batch(b1, "2-y", [receipt("a", 100)], [])
     st = store.status(REF)

@@ -8,14 +8,15 @@ state store):
   ``/connectors/{name}[/config|/status|/pause|/resume|/stop|/offsets]``,
   ``/connector-plugins``; a connector's name is ``<pipeline>.<table>.<connector>``.
 - Feldera (:mod:`.feldera`): ``/v0/pipelines/{p}/tables/{t}/connectors/{c}/start|pause|
-  stats``, ``/v0/pipelines/{p}/stats``, ``/v0/pipelines/{p}/pause|resume``.
+  stats``, ``/v0/pipelines/{p}/stats``, ``/v0/pipelines/{p}/start|pause|resume``.
 
 The connectors are the connector DAGs Airflow knows (DAG tags ``pipeline:<p>`` and
 ``table:<t>``), with their specs from the serialized ``discover`` task (:mod:`.catalog`):
 a connector is listed once its DAG file is parsed, before it ever runs, and rendering
 writes nothing to the state store. Plugin config introspection (:mod:`.plugin_config`)
-needs no Airflow. Who may call what: :mod:`.auth`. Errors are ``{"error_code": <http
-status>, "message": "..."}`` (:mod:`.errors`).
+needs no Airflow. Who may call what: :mod:`.auth`. Errors are Kafka Connect's
+``{"error_code": <http status>, "message": "..."}`` on its routes and Feldera's
+``ErrorResponse`` on the Feldera routes (:mod:`.errors`).
 """
 
 from __future__ import annotations

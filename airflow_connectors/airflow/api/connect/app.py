@@ -13,7 +13,12 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_connectors.airflow.api.connect import auth, feldera, kafka_connect, ui_data
-from airflow_connectors.airflow.api.connect.errors import ApiError, error_responses
+from airflow_connectors.airflow.api.connect.errors import (
+    ApiError,
+    error_responses,
+    feldera_body,
+    kafka_connect_body,
+)
 
 UI_PAGE = Path(__file__).parent.parent / "ui.html"
 
@@ -56,26 +61,48 @@ def create_app() -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(
-            {"error_code": exc.status, "message": exc.message}, exc.status, headers=exc.headers
-        )
+        return _error(request, exc.status, exc.message, exc.headers, exc.code, exc.details)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(
-            {"error_code": exc.status_code, "message": str(exc.detail)},
-            exc.status_code,
-            headers=getattr(exc, "headers", None),
-        )
+        headers = getattr(exc, "headers", None)
+        return _error(request, exc.status_code, str(exc.detail), headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
-        return JSONResponse({"error_code": 400, "message": f"invalid request: {problems}"}, 400)
+        return _error(request, 400, f"invalid request: {problems}")
 
     return app
+
+
+def is_feldera_route(request: Request) -> bool:
+    """Whether ``request`` asked a Feldera route (``/v0/...`` below the app's mount)."""
+    path = str(request.scope.get("path", ""))
+    root = str(request.scope.get("root_path", ""))
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    return path.startswith("/v0/")
+
+
+def _error(
+    request: Request,
+    status: int,
+    message: str,
+    headers: dict[str, str] | None = None,
+    code: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> JSONResponse:
+    """An error answer in the shape of the route asked: Feldera's ``ErrorResponse`` on
+    the Feldera routes, Kafka Connect's ``ErrorMessage`` elsewhere."""
+    body = (
+        feldera_body(status, message, code, details)
+        if is_feldera_route(request)
+        else kafka_connect_body(status, message)
+    )
+    return JSONResponse(body, status, headers=headers)
 
 
 class BaseUrlWithoutSlash:
@@ -97,7 +124,9 @@ class BaseUrlWithoutSlash:
         elif scope["type"] == "http" and _has_line_break(scope["path"], self.prefix):
             # The mount's pattern does not match a line break, so Airflow would answer in
             # its own shape; no route or name here has one.
-            body = {"error_code": 404, "message": "Not Found: no path here has a line break"}
+            message = "Not Found: no path here has a line break"
+            feldera = scope["path"][len(self.prefix) :].startswith("/v0/")
+            body = feldera_body(404, message) if feldera else kafka_connect_body(404, message)
             await JSONResponse(body, 404)(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -94,7 +94,7 @@ def table_refs(pipeline: str, table: str) -> list[ConnectorRef]:
     exact), in name order. ``ApiError`` 404 naming what exists."""
     catalog = known_connectors(pipeline)
     if not catalog:
-        raise ApiError(404, f"unknown pipeline {pipeline!r}; known pipelines: {pipeline_names()}")
+        raise unknown_pipeline(pipeline)
     # Feldera: unquoted table names are case-insensitive, quoted ones ("Name") exact.
     quoted = len(table) > 1 and table.startswith('"') and table.endswith('"')
     wanted = table[1:-1] if quoted else table.lower()
@@ -104,21 +104,47 @@ def table_refs(pipeline: str, table: str) -> list[ConnectorRef]:
         raise ApiError(
             404,
             f"pipeline {pipeline!r} has no table {table!r}; its tables: {', '.join(sorted(tables))}",
+            code="UnknownTableName",
+            details={"pipeline_name": pipeline, "table_name": table},
         )
     return sorted((r for r in catalog if r.table == match), key=lambda r: r.connector)
+
+
+def unknown_pipeline(pipeline: str) -> ApiError:
+    """404 for a pipeline no DAG renders (Feldera's ``UnknownPipelineName``)."""
+    return ApiError(
+        404,
+        f"Unknown pipeline name {pipeline!r}; known pipelines: {pipeline_names()}",
+        code="UnknownPipelineName",
+        details={"pipeline_name": pipeline},
+    )
 
 
 def ref_by_feldera_path(pipeline: str, table: str, connector: str) -> ConnectorRef:
     """The connector of a Feldera path, the table name matched as Feldera does (unquoted:
     any case; quoted: exact). ``ApiError`` 404 naming what exists."""
-    catalog = table_refs(pipeline, table)
+    try:
+        catalog = table_refs(pipeline, table)
+    except ApiError as e:
+        if e.code != "UnknownTableName":
+            raise
+        # Feldera's runtime names the endpoint: unknown table and unknown connector alike.
+        raise ApiError(
+            404,
+            f"unknown input endpoint name '{table}.{connector}': {e.message}",
+            code="UnknownInputEndpoint",
+            details={"endpoint_name": f"{table}.{connector}"},
+        ) from e
     match = catalog[0].table
     ref = ConnectorRef(pipeline, match, connector)
     if ref not in catalog:
         names = sorted(r.connector for r in catalog if r.table == match)
         raise ApiError(
             404,
-            f"table {match!r} has no connector {connector!r}; its connectors: {', '.join(names)}",
+            f"unknown input endpoint name '{match}.{connector}': table {match!r} has no "
+            f"connector {connector!r}; its connectors: {', '.join(names)}",
+            code="UnknownInputEndpoint",
+            details={"endpoint_name": f"{match}.{connector}"},
         )
     return ref
 
