@@ -83,9 +83,9 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 
@@ -125,6 +125,9 @@ REMEDY = (
     "check the sink's uri or postgres_conn_id (host, port, database, user, password) and "
     "that the server is reachable"
 )
+
+
+_T = TypeVar("_T")
 
 
 class PostgresSinkConfig(SinkConfig, _pg.PostgresConnectionConfig):
@@ -1120,28 +1123,24 @@ class PostgresSink(Sink):
     def read(self, kind: Kind = "rows") -> pa.Table | None:
         """The target table (or its dead letters) as Arrow, the table's columns in their
         Arrow types; None when the table does not exist. Raises OSError in one line."""
-        try:
-            with self.transaction(f"read {self.location(kind)}") as cur:
-                schema = self.resolve_schema(cur)
-                name = self.target(kind)[1]
-                if not self._exists(cur, schema, name):
-                    return None
-                cur.execute(f"SELECT * FROM {quoted(schema)}.{quoted(name)}")
-                data = cur.fetch_arrow_table()
-        except SinkUnwritable as e:
-            raise OSError(str(e)) from e
-        return _as_declared(data, self.schema(kind))
+        data = self._select(kind, "*", lambda cur: cur.fetch_arrow_table())
+        return None if data is None else _as_declared(data, self.schema(kind))
 
     def count_rows(self, kind: Kind = "rows") -> int | None:
         """``SELECT count(*)`` of the target table (None: it does not exist)."""
+        return self._select(kind, "count(*)", lambda cur: int(cur.fetchone()[0]))
+
+    def _select(self, kind: Kind, what: str, fetch: Callable[[Any], _T]) -> _T | None:
+        """``SELECT <what>`` of the target table (or its dead letters), as ``fetch`` takes
+        it from the cursor; None when the table does not exist. OSError in one line."""
         try:
             with self.transaction(f"read {self.location(kind)}") as cur:
                 schema = self.resolve_schema(cur)
                 name = self.target(kind)[1]
                 if not self._exists(cur, schema, name):
                     return None
-                cur.execute(f"SELECT count(*) FROM {quoted(schema)}.{quoted(name)}")
-                return int(cur.fetchone()[0])
+                cur.execute(f"SELECT {what} FROM {quoted(schema)}.{quoted(name)}")
+                return fetch(cur)
         except SinkUnwritable as e:
             raise OSError(str(e)) from e
 
