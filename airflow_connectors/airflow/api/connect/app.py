@@ -84,6 +84,11 @@ def is_feldera_route(request: Request) -> bool:
     root = str(request.scope.get("root_path", ""))
     if root and path.startswith(root):
         path = path[len(root) :]
+    return _feldera_path(path)
+
+
+def _feldera_path(path: str) -> bool:
+    """Whether ``path`` (below the app's mount) is one of the Feldera routes."""
     return path.startswith("/v0/")
 
 
@@ -125,7 +130,7 @@ class BaseUrlWithoutSlash:
             # The mount's pattern does not match a line break, so Airflow would answer in
             # its own shape; no route or name here has one.
             message = "Not Found: no path here has a line break"
-            feldera = scope["path"][len(self.prefix) :].startswith("/v0/")
+            feldera = _feldera_path(scope["path"][len(self.prefix) :])
             body = feldera_body(404, message) if feldera else kafka_connect_body(404, message)
             await JSONResponse(body, 404)(scope, receive, send)
             return
