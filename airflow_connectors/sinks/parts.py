@@ -54,6 +54,35 @@ def blocker(path: str) -> str | None:
     return None
 
 
+#: Rows of a part's first table sampled to choose its dictionary-encoded columns.
+DICTIONARY_SAMPLE = 8192
+
+
+def dictionary_columns(table: pa.Table) -> list[str] | None:
+    """The columns of ``table`` worth dictionary encoding: those whose first
+    :data:`DICTIONARY_SAMPLE` non-null values repeat (at most half of them distinct).
+    A column of mostly distinct values (ids, amounts, timestamps) costs a hash per value
+    and a dictionary that Parquet's writer abandons or that outweighs its data, so it is
+    written plain, as DuckDB's writer does past its compression-ratio threshold. None
+    (every column, Parquet's default) when a column is nested, or the table too small to
+    judge."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    sample = table.slice(0, DICTIONARY_SAMPLE)
+    if sample.num_rows < 64:
+        return None
+    chosen: list[str] = []
+    for field, column in zip(sample.schema, sample.columns, strict=True):
+        if pa.types.is_nested(field.type) or pa.types.is_dictionary(field.type):
+            return None
+        values = len(column) - column.null_count
+        if values and pc.count_distinct(column).as_py() * 2 > values:
+            continue
+        chosen.append(field.name)
+    return chosen
+
+
 class ParquetPart(PartWriter):
     """One part's Parquet files in ``folder`` (a path or URL), named ``name(n)`` for the
     part's n-th file. A table is encoded and written in the background while the caller
@@ -91,6 +120,9 @@ class ParquetPart(PartWriter):
         self._path = ""  # the file being written (its final path)
         self._tmp = ""  # where it is written (a temporary name when local)
         self._pending: Future[None] | None = None  # the table being written
+        #: The columns written with dictionary encoding (None: all), from the part's
+        #: first table (:func:`dictionary_columns`).
+        self._dictionary: list[str] | None = None
 
     def _open(self, schema: pa.Schema) -> None:
         import pyarrow.parquet as pq
@@ -103,7 +135,12 @@ class ParquetPart(PartWriter):
         else:
             self._tmp = self._path
         self._stream = self.fs.open_output_stream(self._tmp)
-        self._writer = pq.ParquetWriter(self._stream, schema, compression=self.compression)
+        self._writer = pq.ParquetWriter(
+            self._stream,
+            schema,
+            compression=self.compression,
+            use_dictionary=self._dictionary if self._dictionary is not None else True,
+        )
 
     def _finish(self) -> None:
         if self._writer is None:
@@ -129,6 +166,8 @@ class ParquetPart(PartWriter):
         if self.schema is not None:
             table = table.cast(self.schema)
         if self._writer is None:
+            if not self.files:
+                self._dictionary = dictionary_columns(table)
             self._open(table.schema)
         self._writer.write_table(table, row_group_size=1 << 20)
         if self.target is not None and self._stream.tell() >= self.target:

@@ -100,3 +100,34 @@ def test_a_forked_child_gets_its_own_writer_threads(tmp_path: Path) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert pq.read_table(tmp_path / "c.parquet").num_rows == 10
+
+
+def test_repeating_columns_are_dictionary_encoded_and_distinct_ones_plain(
+    tmp_path: Path,
+) -> None:
+    # Ids and amounts are mostly distinct: a dictionary costs a hash per value and
+    # outweighs the data, so they are written plain; a column of a few names repeats.
+    n = 20_000
+    data = pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "amount": pa.array([i * 0.37 for i in range(n)], pa.float64()),
+            "name": [f"user-{i % 50}" for i in range(n)],
+            "flag": [i % 3 == 0 for i in range(n)],
+            "tags": [[i % 4] for i in range(n)],
+        }
+    )
+    assert parts.dictionary_columns(data.drop_columns(["tags"])) == ["name", "flag"]
+    assert parts.dictionary_columns(data) is None  # a nested column: Parquet's default
+    assert parts.dictionary_columns(data.slice(0, 10)) is None  # too few rows to judge
+
+    part = ParquetPart(str(tmp_path), lambda n: f"p-{n}.parquet", compression="snappy")
+    flat = data.drop_columns(["tags"])
+    part.write(flat)
+    assert part.close() == n
+    meta = pq.ParquetFile(part.files[0]).metadata.row_group(0)
+    encodings = {meta.column(c).path_in_schema: meta.column(c).encodings for c in range(4)}
+    assert "RLE_DICTIONARY" in encodings["name"]
+    assert "RLE_DICTIONARY" not in encodings["id"]
+    assert "RLE_DICTIONARY" not in encodings["amount"]
+    assert pq.read_table(part.files[0]).equals(flat)  # every value, either way
