@@ -117,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         "--set",
         type=Path,
         metavar="FILE",
-        help='offsets: JSON list of {"key", "offset", "records", "completed"} to set (stop first)',
+        help="offsets: JSON list of entries to set (stop first), as offsets shows them "
+        '(Kafka Connect\'s {"partition": {"key": K}, "offset": {"offset", "records", '
+        '"completed"}}) or as {"key", "offset", "records", "completed"}',
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     _store_flags(p)
@@ -603,10 +605,23 @@ def _connector_local(args: argparse.Namespace, entries: Any) -> Any:
                 raise RuntimeError(f"no state in {store.safe_url}; run the pipeline first")
             return _local_status(store, [ref])[ref]
         else:
+            from airflow_connectors.engine.control import (
+                check_watermark_entries,
+                is_watermark_entry,
+                kip875_offsets,
+                offset_entry,
+            )
+
+            name = f"{ref.pipeline}.{ref.table}.{ref.connector}"
             if args.reset or entries is not None:
+                if entries is not None:
+                    shown = kip875_offsets([], store.watermark(ref), name)["offsets"]
+                    check_watermark_entries(
+                        [e for e in entries if is_watermark_entry(e)], shown[0] if shown else None
+                    )
+                    entries = [offset_entry(e) for e in entries if not is_watermark_entry(e)]
                 store.edit_offsets(ref, entries)
-            mark = store.watermark(ref)
-            return {"offsets": store.offsets(ref), **({"watermark": mark} if mark else {})}
+            return kip875_offsets(store.offsets(ref), store.watermark(ref), name)
         return None
     finally:
         store.close()

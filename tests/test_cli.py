@@ -151,13 +151,29 @@ def test_connector_commands_on_the_embedded_store(tmp_path: Path) -> None:
 
     offsets = cli(*args, "offsets", "--local", home=tmp_path)
     assert offsets.returncode == 0, offsets.stderr
-    assert json.loads(offsets.stdout)["offsets"][0]["key"] == "/in/a.json"
+    # Kafka Connect's KIP-875 shape, as the REST API answers.
+    assert json.loads(offsets.stdout)["offsets"][0]["partition"] == {"key": "/in/a.json"}
     running = cli(*args, "offsets", "--reset", "--local", home=tmp_path)
     assert running.returncode == 1 and "is not stopped; stop it first" in running.stderr
 
     assert cli(*args, "stop", "--local", home=tmp_path).returncode == 0
     reset = cli(*args, "offsets", "--reset", "--local", home=tmp_path)
     assert reset.returncode == 0 and json.loads(reset.stdout) == {"offsets": []}
+    # Entries set as the offsets show them (KIP-875); the watermark's is not edited.
+    entry = {
+        "partition": {"key": "/in/a.json"},
+        "offset": {"offset": 4, "records": 1, "completed": False},
+    }
+    entries = tmp_path / "offsets.json"
+    entries.write_text(json.dumps([entry]))
+    edited = cli(*args, "offsets", "--set", str(entries), "--local", home=tmp_path)
+    assert edited.returncode == 0, edited.stderr
+    assert json.loads(edited.stdout)["offsets"] == [entry]
+    mark = {"partition": {"watermark": "shop.orders.files"}, "offset": {"key": "/z"}}
+    entries.write_text(json.dumps([mark]))
+    refused = cli(*args, "offsets", "--set", str(entries), "--local", home=tmp_path)
+    assert refused.returncode == 1 and "is not edited" in refused.stderr
+    assert "Traceback" not in refused.stderr
     # Every surface says STOPPED (not PAUSED) for a stopped connector.
     stopped = json.loads(cli(*args, "stats", "--local", home=tmp_path).stdout)
     assert (stopped["state"], stopped["paused"]) == ("STOPPED", True)

@@ -191,6 +191,63 @@ def feldera_status(
     }
 
 
+def kip875_offsets(
+    offsets: Sequence[dict[str, Any]], watermark: dict[str, Any] | None, name: str
+) -> dict[str, Any]:
+    """A connector's committed offsets in Kafka Connect's KIP-875 shape: per source key
+    ``{"partition": {"key": K}, "offset": {"offset", "records", "completed", "meta"}}``,
+    then the watermark's entry ``{"partition": {"watermark": name}, "offset": {...}}``
+    once it has one. Keys are shown as given (the caller masks them)."""
+    entries: list[dict[str, Any]] = [
+        {"partition": {"key": o["key"]}, "offset": {k: v for k, v in o.items() if k != "key"}}
+        for o in offsets
+    ]
+    if watermark is not None:
+        entries.append({"partition": {"watermark": name}, "offset": dict(watermark)})
+    return {"offsets": entries}
+
+
+def is_watermark_entry(data: Any) -> bool:
+    """Whether ``data`` is the watermark's KIP-875 entry (``{"partition": {"watermark":
+    ...}, ...}``)."""
+    return (
+        isinstance(data, dict)
+        and isinstance(data.get("partition"), dict)
+        and "watermark" in data["partition"]
+    )
+
+
+def check_watermark_entries(given: Sequence[Any], shown: dict[str, Any] | None) -> None:
+    """An offsets edit may carry the watermark's entry back as it was shown (a GET's
+    answer edited and sent back); ``ValueError`` when one differs from ``shown`` (the
+    entry as shown now, or None): it is derived from the committed offsets and not
+    edited."""
+    for entry in given:
+        if entry != shown:
+            raise ValueError(
+                "the watermark's entry is derived from the committed offsets and is not "
+                "edited: leave it out, or give it as the offsets show it now (resetting "
+                "the offsets resets it)"
+            )
+
+
+def offset_entry(data: Any) -> Any:
+    """An offsets edit entry in our own shape (``{"key", "offset", "records",
+    "completed", "meta"}``), from Kafka Connect's KIP-875 shape (``{"partition": {"key":
+    K}, "offset": {...} | null}``; a null offset forgets the key) or as given. Raises
+    ``ValueError`` for a partition that is not a key's."""
+    if not (isinstance(data, dict) and "partition" in data):
+        return data
+    partition, offset = data.get("partition"), data.get("offset")
+    if not isinstance(partition, dict) or set(partition) != {"key"}:
+        raise ValueError('a KIP-875 entry\'s partition is {"key": "<source key>"}')
+    if offset is None:
+        return {"key": partition["key"], "offset": None}
+    if not isinstance(offset, dict):
+        raise ValueError('a KIP-875 entry\'s offset is an object ({"offset": N, ...}) or null')
+    return {"key": partition["key"], **offset}
+
+
 def stopped_message(ref: ConnectorRef) -> str:
     """What a stopped connector says when asked to run: one line naming how to resume it
     (REST API and CLI)."""

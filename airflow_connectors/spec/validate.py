@@ -131,6 +131,7 @@ def resolve_connector(
     *,
     plugins: Plugins,
     base_dir: Path | None = None,
+    check_columns: bool = True,
 ) -> ConnectorSpec:
     """The connector with its transport and format configs resolved and validated: the
     transport's :meth:`resolve_config` (relative paths taken from ``base_dir``), each
@@ -140,9 +141,12 @@ def resolve_connector(
     The one check of a connector's plugin configs: loading a spec runs it on every
     connector, and the Airflow tasks run it again on the configs as templated for their
     run. Raises :class:`SpecValidationError` whose paths start at the connector
-    (``transport.config.path``)."""
+    (``transport.config.path``). ``check_columns=False``: without the checks against
+    the table's columns (a connector checked alone, its table unknown)."""
     errors: list[SpecError] = []
-    resolved = _resolve_connector(connector, table, plugins, base_dir, [], errors)
+    resolved = _resolve_connector(
+        connector, table, plugins, base_dir, [], errors, columns_ok=check_columns
+    )
     if errors or resolved is None:
         raise SpecValidationError(errors)
     return resolved

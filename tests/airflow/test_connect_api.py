@@ -265,9 +265,13 @@ def test_lists_connectors_with_config_and_status(api: Api) -> None:
     expanded = api("GET", "/connectors", params={"expand": ["status", "info"]}).json()
     assert expanded["api.events.files"]["status"]["connector"]["state"] == "UNASSIGNED"
     assert expanded["api.events.gen"]["status"]["connector"]["state"] == "PAUSED"
-    assert expanded["api.events.gen"]["info"]["config"]["paused"] is True
+    assert expanded["api.events.gen"]["info"]["config"]["paused"] == "true"
     config = api("GET", "/connectors/api.events.files/config").json()
-    assert config["transport"]["name"] == "file_input"
+    # Kafka Connect's Map<String,String>: the nested spec flattened into dotted keys.
+    assert config["connector.class"] == "file_input"
+    assert config["name"] == "api.events.files" and config["tasks.max"] == "1"
+    assert config["format.name"] == "json" and config["errors.tolerance"] == "none"
+    assert all(isinstance(v, str) for v in config.values())
     info = api("GET", "/connectors/api.events.files").json()
     assert info["name"] == "api.events.files" and info["type"] == "source"
     assert info["config"] == config and info["tasks"] == []
@@ -322,8 +326,8 @@ def test_offsets_edit_only_when_stopped_then_reread(api: Api) -> None:
     run = af.wait_run("api.events.files", af.trigger("api.events.files"))
     assert run["state"] == "success"
     assert api.rows("events") == [0, 1, 2]
-    offsets = api("GET", "/connectors/api.events.files/offsets").json()["offsets"]
-    assert [o["completed"] for o in offsets] == [True]
+    offsets = keyed(api("GET", "/connectors/api.events.files/offsets").json())
+    assert [o["offset"]["completed"] for o in offsets] == [True]
 
     running = api("DELETE", "/connectors/api.events.files/offsets")
     assert running.status_code == 400 and "stop it first" in running.json()["message"]
@@ -333,7 +337,7 @@ def test_offsets_edit_only_when_stopped_then_reread(api: Api) -> None:
         api("GET", "/connectors/api.events.files/status").json()["connector"]["state"] == "STOPPED"
     )
     assert api("DELETE", "/connectors/api.events.files/offsets").status_code == 200
-    assert api("GET", "/connectors/api.events.files/offsets").json() == {"offsets": []}
+    assert api("GET", "/connectors/api.events.files/offsets").json() == {"offsets": []}  # all
     assert api("PUT", "/connectors/api.events.files/resume").status_code == 202
 
     again = af.wait_run("api.events.files", af.trigger("api.events.files"))
@@ -379,6 +383,16 @@ def test_stopped_connector_runs_only_after_resume(api: Api) -> None:
     assert (resumed["state"], resumed["paused"]) == ("RUNNING", False)
 
 
+def keyed(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The source keys' entries of an offsets answer (without the watermark's)."""
+    return [o for o in answer["offsets"] if "key" in o["partition"]]
+
+
+def records(entry: dict[str, Any], n: int) -> dict[str, Any]:
+    """A KIP-875 offsets entry with its records count set to ``n``."""
+    return {**entry, "offset": {**entry["offset"], "records": n}}
+
+
 def cli_run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``airflow-connectors`` in a new process (the environment of this one, plus ``env``)."""
     return subprocess.run(
@@ -396,37 +410,51 @@ def test_patch_offsets_with_kafka_connect_and_own_shapes(api: Api) -> None:
     offsets GET shows are the offsets the connector then resumes from."""
     name = "api.events.files"
     path = f"/connectors/{name}/offsets"
-    before = api("GET", path).json()["offsets"]
-    assert len(before) == 1 and before[0]["completed"] is True
-    key = before[0]["key"]
+    shown = api("GET", path).json()["offsets"]
+    before = keyed({"offsets": shown})
+    assert len(before) == 1 and before[0]["offset"]["completed"] is True
+    # The watermark's entry comes last, once the connector has one.
+    assert [o["partition"] for o in shown[1:]] == [{"watermark": name}]
+    key = before[0]["partition"]["key"]
     assert api("PUT", f"/connectors/{name}/stop").status_code == 204
     try:
         kip875 = {
             "offsets": [
                 {
                     "partition": {"key": key},
-                    "offset": {"offset": before[0]["offset"], "records": 2, "completed": False},
+                    "offset": {
+                        "offset": before[0]["offset"]["offset"],
+                        "records": 2,
+                        "completed": False,
+                    },
                 }
             ]
         }
         answer = api("PATCH", path, json=kip875)
         assert answer.status_code == 200, answer.text
         assert "were altered" in answer.json()["message"]
-        (edited,) = api("GET", path).json()["offsets"]
-        assert (edited["key"], edited["offset"], edited["records"], edited["completed"]) == (
-            key,
-            before[0]["offset"],
-            2,
-            False,
-        )
+        (edited,) = keyed(api("GET", path).json())
+        assert edited == {
+            "partition": {"key": key},
+            "offset": {"offset": before[0]["offset"]["offset"], "records": 2, "completed": False},
+        }
         forget = api("PATCH", path, json={"offsets": [{"partition": {"key": key}, "offset": None}]})
         assert forget.status_code == 200, forget.text
-        assert api("GET", path).json() == {"offsets": []}
+        assert keyed(api("GET", path).json()) == []
         bad = api("PATCH", path, json={"offsets": [{"partition": {"file": key}, "offset": None}]})
         assert bad.status_code == 400 and "partition" in bad.json()["message"]
-        own = api("PATCH", path, json={"offsets": before})  # as GET showed them
+        # Entries as GET shows them, the watermark's among them as it is now.
+        marks = [o for o in api("GET", path).json()["offsets"] if "watermark" in o["partition"]]
+        own = api("PATCH", path, json={"offsets": before + marks})
         assert own.status_code == 200, own.text
-        assert api("GET", path).json()["offsets"] == before
+        assert keyed(api("GET", path).json()) == before
+        flat = {"key": key, **before[0]["offset"]}
+        ours = api("PATCH", path, json={"offsets": [flat]})  # our own flat entries
+        assert ours.status_code == 200, ours.text
+        assert keyed(api("GET", path).json()) == before
+        mark = {"partition": {"watermark": name}, "offset": {**shown[1]["offset"], "key": "/x"}}
+        derived = api("PATCH", path, json={"offsets": [mark]})
+        assert derived.status_code == 400 and "not edited" in derived.json()["message"]
     finally:
         assert api("PUT", f"/connectors/{name}/resume").status_code == 202
 
@@ -446,9 +474,10 @@ def test_cli_sets_offsets_from_a_file_with_credentials_from_the_environment(
     assert shown.returncode == 0, shown.stderr
     before = json.loads(shown.stdout)["offsets"]
     assert before == api("GET", "/connectors/api.events.files/offsets").json()["offsets"]
+    before = keyed({"offsets": before})
 
     entries = tmp_path / "offsets.json"
-    entries.write_text(json.dumps([{**before[0], "records": 5}]))
+    entries.write_text(json.dumps([{**before[0], "offset": {**before[0]["offset"], "records": 5}}]))
     running = cli_run(*target, "offsets", "--set", str(entries), env=admin)
     assert running.returncode == 1 and "stop it first" in running.stderr
     assert cli_run(*target, "stop", env=admin).returncode == 0
@@ -456,13 +485,13 @@ def test_cli_sets_offsets_from_a_file_with_credentials_from_the_environment(
         changed = cli_run(*target, "offsets", "--set", str(entries), env=admin)
         assert changed.returncode == 0, changed.stderr
         assert "were altered" in json.loads(changed.stdout)["message"]
-        after = api("GET", "/connectors/api.events.files/offsets").json()["offsets"]
-        assert after == [{**before[0], "records": 5}]
+        after = keyed(api("GET", "/connectors/api.events.files/offsets").json())
+        assert after == [{**before[0], "offset": {**before[0]["offset"], "records": 5}}]
         entries.write_text(json.dumps(before))
         assert cli_run(*target, "offsets", "--set", str(entries), env=admin).returncode == 0
     finally:
         assert cli_run(*target, "resume", env=admin).returncode == 0
-    assert api("GET", "/connectors/api.events.files/offsets").json()["offsets"] == before
+    assert keyed(api("GET", "/connectors/api.events.files/offsets").json()) == before
 
     # The user and password are the environment's: the reader reads but may not stop.
     reader = {**admin, "AIRFLOW_CONNECTORS_API_USER": "reader"}
@@ -524,7 +553,11 @@ def test_failed_task_shows_trace_and_restarts_alone(api: Api) -> None:
 def test_connector_plugins_describe_and_validate_configs(api: Api) -> None:
     plugins = api("GET", "/connector-plugins").json()
     assert {"class": "file_input", "type": "source", "version": "0.1.0"} in plugins
-    assert {"class": "json", "type": "converter", "version": "0.1.0"} in plugins
+    # Kafka Connect lists connectors only, unless connectorsOnly=false: formats are
+    # converters.
+    assert {p["type"] for p in plugins} == {"source", "sink"}
+    everything = api("GET", "/connector-plugins", params={"connectorsOnly": "false"}).json()
+    assert {"class": "json", "type": "converter", "version": "0.1.0"} in everything
     assert {"class": "parquet", "type": "sink", "version": "0.1.0"} in plugins
     for source in ("postgres_input", "nats_input", "delta_table_input", "iceberg_input"):
         assert {"class": source, "type": "source", "version": "0.1.0"} in plugins
@@ -534,7 +567,9 @@ def test_connector_plugins_describe_and_validate_configs(api: Api) -> None:
     definition = {d["name"]: d for d in api("GET", "/connector-plugins/file_input/config").json()}
     path = definition["path"]
     assert path["required"] is True and path["type"] == "STRING"
-    assert path["default_value"] is None
+    assert path["default_value"] is None and path["importance"] == "HIGH"
+    assert (path["group"], path["order"], path["width"]) == ("file_input", 0, "NONE")
+    assert path["display_name"] == "Path" and path["dependents"] == []
     assert path["documentation"].startswith(
         "What to read: a file, a directory (every file below it, skipping names that "
         "start with '.' or '_') or a glob ('**' recurses). Absolute, or relative to the "
@@ -545,17 +580,24 @@ def test_connector_plugins_describe_and_validate_configs(api: Api) -> None:
         "name": "follow",
         "type": "BOOLEAN",
         "required": False,
-        "default_value": False,
+        "default_value": "false",  # Kafka Connect's defaults are config strings
+        "importance": "MEDIUM",
+        "group": "file_input",
+        "order": 1,
+        "width": "NONE",
+        "display_name": "Follow",
+        "dependents": [],
     }
     assert "false: read the files that match now, and end the input" in follow["documentation"]
     assert "true: also read lines appended to files already read" in follow["documentation"]
-    assert definition["min_file_age"]["default_value"] == 5.0
+    assert definition["min_file_age"]["default_value"] == "5.0"
     assert definition["min_file_age"]["documentation"].startswith("Seconds a file must")
     csv = {d["name"]: d for d in api("GET", "/connector-plugins/csv/config").json()}
     assert csv["delimiter"]["default_value"] == ","
     assert csv["delimiter"]["documentation"].startswith("The one character between fields")
     datagen = {d["name"]: d for d in api("GET", "/connector-plugins/datagen/config").json()}
-    assert datagen["plan"]["type"] == "LIST" and datagen["plan"]["default_value"] == [
+    assert datagen["plan"]["type"] == "LIST"
+    assert json.loads(datagen["plan"]["default_value"]) == [
         {"rate": None, "limit": None, "worker_chunk_size": None, "fields": {}}
     ]
     # Two plugins named parquet: the format (its operation column for keyed tables, issue
@@ -1039,11 +1081,13 @@ def test_secrets_masked_on_every_rest_surface(api: Api, http_server: Any, tmp_pa
         return answer.json()
 
     config = get(f"/connectors/{good}/config")
-    assert config["transport"]["config"]["path"] == url("/hush/rows.json").replace(PASSWORD, "***")
+    assert config["transport.config.path"] == url("/hush/rows.json").replace(PASSWORD, "***")
     get(f"/connectors/{good}")
     get("/connectors?expand=info&expand=status")
-    offsets = get(f"/connectors/{good}/offsets")["offsets"]
-    assert [o["key"] for o in offsets] == [url("/hush/rows.json").replace(PASSWORD, "***")]
+    offsets = keyed(get(f"/connectors/{good}/offsets"))
+    assert [o["partition"]["key"] for o in offsets] == [
+        url("/hush/rows.json").replace(PASSWORD, "***")
+    ]
     status = get(f"/connectors/{broken}/status")
     assert status["connector"]["state"] == "FAILED"
     assert "gone.json" in status["connector"]["trace"] and "***" in status["connector"]["trace"]
@@ -1054,10 +1098,10 @@ def test_secrets_masked_on_every_rest_surface(api: Api, http_server: Any, tmp_pa
     # Offsets are edited with the key as shown; the real key is kept.
     assert api("PUT", f"/connectors/{good}/stop").status_code == 204
     edit = api(
-        "PATCH", f"/connectors/{good}/offsets", json={"offsets": [{**offsets[0], "records": 2}]}
+        "PATCH", f"/connectors/{good}/offsets", json={"offsets": [two := records(offsets[0], 2)]}
     )
     assert edit.status_code == 200, edit.text
-    assert get(f"/connectors/{good}/offsets")["offsets"] == [{**offsets[0], "records": 2}]
+    assert keyed(get(f"/connectors/{good}/offsets")) == [two]
     assert api("PUT", f"/connectors/{good}/resume").status_code == 202
 
     checked = api(
@@ -1078,3 +1122,215 @@ def test_secrets_masked_on_every_rest_surface(api: Api, http_server: Any, tmp_pa
     seen.append(cli.stdout + cli.stderr)
     for text in seen:
         assert PASSWORD not in text
+
+
+def test_kafka_connect_configs_are_flat_maps_that_validate_and_round_trip(api: Api) -> None:
+    """Issue 28: a connector's config is Kafka Connect's Map<String,String>; fetched with
+    GET it validates with 0 errors and PUT back unchanged answers 200, while a config
+    that would change or create a connector is refused with where to change it."""
+    name = "api.events.files"
+    config = api("GET", f"/connectors/{name}/config").json()
+    assert json.loads(config["labels"]) == ["events.loaded"]
+    assert config["transport.config.path"] == str(api.root / "src")
+    assert json.loads(config["transport.config.min_file_age"]) == 0
+    assert config["format.config.update_format"] == "raw"
+    assert "format" not in config and "transport" not in config  # no nested objects
+
+    checked = api("PUT", "/connector-plugins/file_input/config/validate", json=config).json()
+    assert checked["error_count"] == 0, checked
+    shown = {c["value"]["name"]: c["value"]["value"] for c in checked["configs"]}
+    assert {k: shown[k] for k in config} == config  # every key, as given
+    groups = {c["definition"]["group"] for c in checked["configs"]}
+    assert {"connector", "errors", "file_input", "json"} <= groups
+
+    put = api("PUT", f"/connectors/{name}/config", json=config)
+    assert put.status_code == 200, put.text
+    assert put.json() == api("GET", f"/connectors/{name}").json()
+    assert api("GET", f"/connectors/{name}/config").json() == config  # unchanged
+
+    moved = api("PUT", f"/connectors/{name}/config", json={**config, "transport.config.path": "/x"})
+    assert moved.status_code == 409 and "changes transport.config.path" in moved.json()["message"]
+    assert "change the connector in its spec" in moved.json()["message"]
+    bad = api(
+        "PUT", f"/connectors/{name}/config", json={**config, "transport.config.follow": "maybe"}
+    )
+    assert bad.status_code == 400
+    assert bad.json()["message"].startswith(
+        "Connector configuration is invalid and contains the following 1 error(s):\n"
+        "transport.config.follow: "
+    )
+    other = api("PUT", f"/connectors/{name}/config", json={**config, "name": "api.events.gen"})
+    assert other.status_code == 400 and "doesn't match connector name" in other.json()["message"]
+    new = api(
+        "PUT", "/connectors/api.events.nope/config", json=config | {"name": "api.events.nope"}
+    )
+    assert new.status_code == 409 and "not created through this API" in new.json()["message"]
+    created = api("POST", "/connectors", json={"name": "api.events.nope", "config": config})
+    assert created.status_code == 409 and "declared in pipeline specs" in created.json()["message"]
+    exists = api("POST", "/connectors", json={"name": name, "config": config})
+    assert (
+        exists.status_code == 409 and exists.json()["message"] == f"Connector {name} already exists"
+    )
+    reader = api.airflow.client_for("reader", "reader-pw")
+    assert reader.put(f"/connect/connectors/{name}/config", json=config).status_code == 403
+
+    # A flat config with problems: each error on its flat key.
+    typo = api(
+        "PUT",
+        "/connector-plugins/file_input/config/validate",
+        json={"connector.class": "file_input", "transport.config.folow": "true", "tasks.max": "0"},
+    ).json()
+    errors = {
+        c["value"]["name"]: c["value"]["errors"] for c in typo["configs"] if c["value"]["errors"]
+    }
+    # Every problem at once: the connector's own fields, then its plugins' (the bad
+    # fields at their defaults), each on the key it belongs to.
+    assert set(errors) == {
+        "transport.config.folow",
+        "transport.config.path",
+        "tasks.max",
+        "format.name",
+    }, errors
+    assert "did you mean 'follow'" in errors["transport.config.folow"][0]
+    assert "needs a format" in errors["format.name"][0]
+    # The task configs are maps of strings too.
+    for task in api("GET", f"/connectors/{name}/tasks").json():
+        assert all(isinstance(v, str) for v in task["config"].values())
+
+
+def test_topics_loggers_and_a_task_restart_right_after_a_connector_restart(api: Api) -> None:
+    """KIP-558's topics (the connector's table), KIP-495's loggers (the package's Python
+    loggers in the API server), and a task that still exists while its connector
+    restarts (runs after test_offsets_edit_only_when_stopped_then_reread)."""
+    af, name = api.airflow, "api.events.files"
+    reader = af.client_for("reader", "reader-pw")
+    assert api("GET", f"/connectors/{name}/topics").json() == {name: {"topics": ["events"]}}
+    assert api("PUT", f"/connectors/{name}/topics/reset").status_code == 202
+    assert reader.put(f"/connect/connectors/{name}/topics/reset").status_code == 403
+    assert api("GET", "/connectors/api.events.nope/topics").status_code == 404
+
+    loggers = api("GET", "/admin/loggers").json()
+    assert "root" in loggers and all(
+        n == "root" or n.startswith("airflow_connectors") for n in loggers
+    )
+    logger = "airflow_connectors.airflow"
+    changed = api("PUT", f"/admin/loggers/{logger}", json={"level": "DEBUG"})
+    assert changed.status_code == 200, changed.text
+    assert logger in changed.json() and all(n.startswith(logger) for n in changed.json())
+    try:
+        shown = api("GET", f"/admin/loggers/{logger}").json()
+        assert shown["level"] == "DEBUG" and isinstance(shown["last_modified"], int)
+    finally:
+        assert api("PUT", f"/admin/loggers/{logger}", json={"level": "INFO"}).status_code == 200
+    assert api("GET", f"/admin/loggers/{logger}").json()["level"] == "INFO"
+    assert api("PUT", f"/admin/loggers/{logger}", json={"level": "LOUD"}).status_code == 400
+    cluster = api("PUT", f"/admin/loggers/{logger}?scope=cluster", json={"level": "DEBUG"})
+    assert cluster.status_code == 400 and "scope=cluster" in cluster.json()["message"]
+    assert api("GET", "/admin/loggers/airflow_connectors.nope").status_code == 404
+    assert api("PUT", "/admin/loggers/sqlalchemy", json={"level": "DEBUG"}).status_code == 400
+    assert (
+        reader.put(f"/connect/admin/loggers/{logger}", json={"level": "DEBUG"}).status_code == 403
+    )
+
+    before = {r["dag_run_id"] for r in af.runs(name)}
+    assert api("POST", f"/connectors/{name}/restart").status_code == 204  # a new run
+    again = api("POST", f"/connectors/{name}/tasks/0/restart")
+    assert again.status_code == 204, again.text  # the tasks live on while it restarts
+    assert api("GET", f"/connectors/{name}/tasks/0/status").status_code == 200
+    for run in af.runs(name):
+        af.wait_run(name, run["dag_run_id"])
+    assert {r["dag_run_id"] for r in af.runs(name)} > before
+
+
+KAFKA_SCHEMAS = Path(__file__).with_name("kafka_connect_schemas.json")
+
+
+def test_kafka_connect_answers_are_valid_against_kafkas_own_entities(api: Api) -> None:
+    """Issue 28: every Kafka Connect route's answer validates against the JSON Schemas
+    written from Kafka's REST entity classes (``kafka_connect_schemas.json``, citing the
+    apache/kafka commit): field names, types, required fields, and no extra field where
+    Kafka's own client (Jackson, unknown properties fail) would reject one."""
+    import jsonschema
+
+    document = json.loads(KAFKA_SCHEMAS.read_text())
+    name, flaky = "api.events.files", "api.events.flaky"
+    config = api("GET", f"/connectors/{name}/config").json()
+    calls: list[tuple[str, str, dict[str, Any], int, str]] = [
+        ("GET", "/", {}, 200, "ServerInfo"),
+        ("GET", "/connectors", {}, 200, "ConnectorNames"),
+        (
+            "GET",
+            "/connectors",
+            {"params": {"expand": ["status", "info"]}},
+            200,
+            "ExpandedConnectors",
+        ),
+        ("GET", f"/connectors/{name}", {}, 200, "ConnectorInfo"),
+        ("GET", f"/connectors/{name}/config", {}, 200, "ConnectorConfig"),
+        ("GET", f"/connectors/{name}/status", {}, 200, "ConnectorStateInfo"),
+        ("GET", f"/connectors/{flaky}/status", {}, 200, "ConnectorStateInfo"),
+        ("GET", f"/connectors/{name}/tasks", {}, 200, "TaskInfoList"),
+        ("GET", f"/connectors/{name}/tasks/0/status", {}, 200, "TaskState"),
+        ("GET", f"/connectors/{name}/offsets", {}, 200, "ConnectorOffsets"),
+        ("GET", f"/connectors/{name}/topics", {}, 200, "TopicsAnswer"),
+        ("GET", "/connector-plugins", {}, 200, "PluginInfoList"),
+        (
+            "GET",
+            "/connector-plugins",
+            {"params": {"connectorsOnly": "false"}},
+            200,
+            "PluginInfoList",
+        ),
+        ("GET", "/connector-plugins/file_input/config", {}, 200, "ConfigKeyInfoList"),
+        ("GET", "/connector-plugins/kafka_input/config", {}, 200, "ConfigKeyInfoList"),
+        (
+            "PUT",
+            "/connector-plugins/file_input/config/validate",
+            {"json": {"follow": "maybe"}},
+            200,
+            "ConfigInfos",
+        ),
+        (
+            "PUT",
+            "/connector-plugins/file_input/config/validate",
+            {"json": config},
+            200,
+            "ConfigInfos",
+        ),
+        ("PUT", f"/connectors/{name}/config", {"json": config}, 200, "ConnectorInfo"),
+        (
+            "POST",
+            f"/connectors/{name}/restart",
+            {"params": {"includeTasks": "true", "onlyFailed": "true"}},
+            202,
+            "ConnectorStateInfo",
+        ),
+        ("GET", "/admin/loggers", {}, 200, "Loggers"),
+        ("GET", "/admin/loggers/root", {}, 200, "LoggerLevel"),
+        (
+            "PUT",
+            "/admin/loggers/airflow_connectors",
+            {"json": {"level": "INFO"}},
+            200,
+            "LoggerNames",
+        ),
+        ("GET", "/connectors/api.events.nope", {}, 404, "ErrorMessage"),
+        ("GET", "/connectors/api.events.nope/offsets", {}, 404, "ErrorMessage"),
+        ("POST", "/connectors", {"json": {"name": "x.y.z", "config": config}}, 409, "ErrorMessage"),
+        (
+            "PUT",
+            f"/connectors/{name}/config",
+            {"json": {**config, "tasks.max": "0"}},
+            400,
+            "ErrorMessage",
+        ),
+        ("DELETE", f"/connectors/{name}/offsets", {}, 400, "ErrorMessage"),  # not stopped
+    ]
+    problems = []
+    for method, path, kwargs, status, entity in calls:
+        answer = api(method, path, **kwargs)
+        assert answer.status_code == status, (method, path, answer.text)
+        schema = {**document, "$ref": f"#/$defs/{entity}"}
+        for error in jsonschema.Draft202012Validator(schema).iter_errors(answer.json()):
+            problems.append(f"{method} {path} ({entity}): {error.json_path}: {error.message}")
+    assert problems == [], "\n".join(problems)

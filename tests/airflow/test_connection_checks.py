@@ -359,6 +359,21 @@ def test_a_viewer_may_not_make_the_server_use_a_stored_connection(
             json={"bucket_name": "no-such-bucket", "prefix": "", "aws_conn_id": "e2e_admin_aws"},
         )
         assert mine.status_code == 200 and list(field_errors(mine.json())) == ["aws_conn_id"]
+        # A whole connector's flat config (Kafka Connect's map) names its connection as
+        # transport.config.aws_conn_id: the same rights, the same test, its flat key.
+        flat = {
+            "connector.class": "s3_input",
+            "transport.config.bucket_name": "no-such-bucket",
+            "transport.config.prefix": "",
+            "transport.config.aws_conn_id": "e2e_admin_aws",
+            "format.name": "json",
+        }
+        refused = reader.put("/connect/connector-plugins/s3_input/config/validate", json=flat)
+        assert refused.status_code == 403 and "may not test" in refused.json()["message"]
+        tested = admin.put("/connect/connector-plugins/s3_input/config/validate", json=flat)
+        assert tested.status_code == 200, tested.text
+        assert list(field_errors(tested.json())) == ["transport.config.aws_conn_id"]
+        no_secret(tested.text)
     finally:
         admin.delete("/api/v2/connections/e2e_admin_aws")
 

@@ -35,3 +35,44 @@ def test_missing_bootstrap_servers_is_the_one_error() -> None:
         "bootstrap.servers is required (the brokers, host:port,...), or name an Airflow "
         "Kafka connection in kafka_config_id"
     ]
+
+
+def test_a_whole_connectors_flat_config_validates_with_its_errors_on_flat_keys() -> None:
+    from airflow_connectors.airflow.api.connect.plugin_config import validate_connector
+
+    good = {
+        "name": "shop.orders.kafka",
+        "connector.class": "kafka_input",
+        "tasks.max": "2",
+        "transport.config.topic": "orders",
+        "transport.config.bootstrap.servers": "b:9092",
+        "transport.config.sasl.password": "hunter2",
+        "format.name": "json",
+        "format.config.update_format": "raw",
+        "errors.tolerance": "all",
+    }
+    answer = validate_connector(good)
+    assert answer["error_count"] == 0, answer
+    assert answer["name"] == "kafka_input"
+    shown = values(answer)
+    assert shown["tasks.max"]["value"] == "2" and shown["errors.tolerance"]["value"] == "all"
+    assert shown["transport.config.sasl.password"]["value"] == "***"
+    assert "hunter2" not in str(answer)
+    definitions = {c["definition"]["name"]: c["definition"] for c in answer["configs"]}
+    assert definitions["connector.class"]["required"] is True
+    assert definitions["transport.config.topic"]["group"] == "kafka_input"
+    assert definitions["format.config.update_format"]["group"] == "json"
+    assert [c["definition"]["order"] for c in answer["configs"]] == list(
+        range(len(answer["configs"]))
+    )
+
+    bad = validate_connector({**good, "tasks.max": "0", "errors.tolerance": "some"})
+    errors = {name: v["errors"] for name, v in values(bad).items() if v["errors"]}
+    assert errors == {
+        "tasks.max": ["tasks.max: input should be greater than or equal to 1 (got 0)"],
+        "errors.tolerance": ["errors.tolerance: input should be 'none' or 'all' (got 'some')"],
+    }
+    # Once the connector's own fields are valid, its plugins are checked.
+    unknown = validate_connector({**good, "format.name": "jsn"})
+    [problem] = [v["errors"] for v in values(unknown).values() if v["errors"]]
+    assert problem[0].startswith("format.name: format 'jsn' is not available (did you mean 'json'")

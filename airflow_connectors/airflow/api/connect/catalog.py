@@ -154,6 +154,25 @@ def masked_config(ref: ConnectorRef) -> dict[str, Any]:
     return masked_connector(spec_of(ref)["connector"])
 
 
+def flat_config(ref: ConnectorRef) -> dict[str, str]:
+    """The connector's config as Kafka Connect shows one: a flat map of strings
+    (:mod:`airflow_connectors.spec.flat`), secrets masked."""
+    from airflow_connectors.spec.flat import flatten_connector
+
+    return flatten_connector(masked_config(ref), connector_name(ref))
+
+
+def table_of(ref: ConnectorRef) -> Any:
+    """The connector's table as its spec declares it (a ``TableSpec``), or None when the
+    serialized DAG's copy cannot be read back."""
+    from airflow_connectors.spec.models import TableSpec
+
+    try:
+        return TableSpec.model_validate(spec_of(ref)["table"])
+    except Exception:  # an older serialization: validate without the table
+        return None
+
+
 def spec_of(ref: ConnectorRef) -> dict[str, Any]:
     """The table and connector as written in the spec, from the serialized DAG."""
     import json
@@ -182,7 +201,7 @@ def connector_info(ref: ConnectorRef) -> dict[str, Any]:
     tasks = [{"connector": connector_name(ref), "task": t["id"]} for t in task_list(ref)]
     return {
         "name": connector_name(ref),
-        "config": masked_config(ref),
+        "config": flat_config(ref),
         "tasks": tasks,
         "type": "source",
     }
@@ -243,25 +262,39 @@ _TASK_STATES = {
 
 
 def latest_ingest_tis(ref: ConnectorRef) -> list[Any]:
-    """The ingest task instances of the connector DAG's latest run (one per batch)."""
+    """The connector's tasks as task instances: the ingest tasks (one per batch) of the
+    latest run of its DAG that planned batches. A run that has not planned yet (queued,
+    or just restarted) or found nothing new leaves the previous run's tasks the
+    connector's, as Kafka Connect's tasks live on while their connector restarts; so
+    ``tasks/{n}/restart`` right after a connector restart reruns task n of that run."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
 
+    dag_id = dag_id_of(ref)
     with create_session() as session:
-        run = (
-            session.query(DagRun)
-            .filter(DagRun.dag_id == dag_id_of(ref))
+        run_id = (
+            session.query(TaskInstance.run_id)
+            .join(
+                DagRun,
+                (DagRun.dag_id == TaskInstance.dag_id) & (DagRun.run_id == TaskInstance.run_id),
+            )
+            .filter(
+                TaskInstance.dag_id == dag_id,
+                TaskInstance.task_id == "ingest",
+                TaskInstance.map_index >= 0,
+            )
             .order_by(DagRun.run_after.desc(), DagRun.id.desc())
-            .first()
+            .limit(1)
+            .scalar()
         )
-        if run is None:
+        if run_id is None:
             return []
         tis = (
             session.query(TaskInstance)
             .filter(
-                TaskInstance.dag_id == run.dag_id,
-                TaskInstance.run_id == run.run_id,
+                TaskInstance.dag_id == dag_id,
+                TaskInstance.run_id == run_id,
                 TaskInstance.task_id == "ingest",
                 TaskInstance.map_index >= 0,
             )

@@ -8,7 +8,7 @@ logging in with HTTP Basic as they do with Kafka Connect."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse, Response
@@ -18,7 +18,14 @@ from airflow_connectors import __version__
 from airflow_connectors.airflow.api.connect import catalog, plugin_config
 from airflow_connectors.airflow.api.connect.errors import ApiError, error_responses
 from airflow_connectors.airflow.api.connect.plugin_config import PluginType
-from airflow_connectors.engine.control import ConnectorStopped, State
+from airflow_connectors.engine.control import (
+    ConnectorStopped,
+    State,
+    check_watermark_entries,
+    is_watermark_entry,
+    kip875_offsets,
+    offset_entry,
+)
 from airflow_connectors.spec.redact import mask_url
 
 router = APIRouter()
@@ -43,9 +50,11 @@ class ConnectorStateInfo(BaseModel):
 
 
 class TaskStateInfo(ConnectorStateInfo):
-    """One task's state: an ingest task (one batch) of the connector DAG's latest run."""
+    """One task's state: an ingest task (one batch) of the latest run of the connector DAG that planned batches."""
 
-    id: int = Field(description="The ingest task's map index in the latest run")
+    id: int = Field(
+        description="The ingest task's map index in the latest run that planned batches"
+    )
 
 
 class ConnectorStatus(BaseModel):
@@ -68,7 +77,11 @@ class ConnectorInfo(BaseModel):
     """Kafka Connect's connector info: name, config (secrets masked), tasks, type."""
 
     name: str
-    config: dict[str, Any] = Field(description="The connector as written in its spec")
+    config: dict[str, str] = Field(
+        description="The connector's spec as Kafka Connect's flat map of strings: "
+        "connector.class (the transport), tasks.max, transport.config.<field>, "
+        "format.name, format.config.<field>, errors.<field>, ...; secrets masked"
+    )
     tasks: list[TaskId]
     type: str
 
@@ -84,7 +97,7 @@ class TaskInfo(BaseModel):
     """A task and its config: the batch it ingests."""
 
     id: TaskId
-    config: dict[str, Any]
+    config: dict[str, str] = Field(description="batch_id: the batch the task ingests")
 
 
 class OffsetEntry(BaseModel):
@@ -103,37 +116,71 @@ class OffsetEntry(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _kip_875(cls, data: Any) -> Any:
-        if not (isinstance(data, dict) and "partition" in data):
-            return data
-        partition, offset = data.get("partition"), data.get("offset")
-        if not isinstance(partition, dict) or set(partition) != {"key"}:
-            raise ValueError('a KIP-875 entry\'s partition is {"key": "<source key>"}')
-        if offset is None:
-            return {"key": partition["key"], "offset": None}
-        if not isinstance(offset, dict):
-            raise ValueError('a KIP-875 entry\'s offset is an object ({"offset": N, ...}) or null')
-        return {"key": partition["key"], **offset}
+        return offset_entry(data)
 
 
 class OffsetsPatch(BaseModel):
-    """The offsets to set (``PATCH .../offsets``); keys not listed are kept."""
+    """The offsets to set (``PATCH .../offsets``); keys not listed are kept. The
+    watermark's entry may come back as GET showed it (it is derived, not edited)."""
 
     offsets: list[OffsetEntry]
+    #: The watermark's entries given (taken out of ``offsets`` before validation).
+    watermarks: list[dict[str, Any]] = Field(default_factory=list, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _watermarks(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("offsets"), list):
+            entries = data["offsets"]
+            return {
+                **data,
+                "offsets": [e for e in entries if not is_watermark_entry(e)],
+                "watermarks": [e for e in entries if is_watermark_entry(e)],
+            }
+        return data
+
+
+class ConnectorOffset(BaseModel):
+    """One KIP-875 entry: a source key's ``partition`` and its ``offset``."""
+
+    partition: dict[str, Any] = Field(
+        description='{"key": <source key, secrets masked>}; the watermark\'s entry is '
+        '{"watermark": <connector name>}'
+    )
+    offset: dict[str, Any] | None = Field(
+        description="offset (where reading resumes), records, completed, meta (the "
+        "transport's own resume data, if any); the watermark's: key (every key up to it "
+        "is committed; committed keys below it older than late_after have no entry), "
+        "late_after (epoch seconds), since_relist (discoveries since the last full "
+        "listing)"
+    )
 
 
 class Offsets(BaseModel):
-    """A connector's committed offsets, one entry per source key."""
+    """A connector's committed offsets in KIP-875's shape, one entry per source key, and
+    its watermark's entry once it has one."""
 
-    offsets: list[dict[str, Any]] = Field(
-        description="Per source key: key (secrets masked), offset, records, completed, meta"
-    )
-    watermark: dict[str, Any] | None = Field(
-        default=None,
-        description="Absent until set: key (every key up to it is committed; committed "
-        "keys below it that are older than late_after have no entry in offsets), "
-        "late_after (epoch seconds) and since_relist (discoveries since the last full "
-        "listing)",
-    )
+    offsets: list[ConnectorOffset]
+
+
+class ActiveTopics(BaseModel):
+    """KIP-558's topics of one connector: for a connector here, its table."""
+
+    topics: list[str]
+
+
+class LoggerLevel(BaseModel):
+    """KIP-495's level of one logger (``last_modified``: epoch milliseconds of the last
+    change through this API, null when never changed)."""
+
+    level: str
+    last_modified: int | None = None
+
+
+class LevelChange(BaseModel):
+    """The level to set (``DEBUG``, ``INFO``, ``WARN``, ``ERROR``, ...)."""
+
+    level: str
 
 
 class Message(BaseModel):
@@ -153,14 +200,21 @@ class PluginInfo(BaseModel):
 
 
 class ConfigKeyInfo(BaseModel):
-    """One field of a plugin's config: name, type, whether required, default and its
-    documentation."""
+    """One field of a plugin's config, as Kafka's ConfigKeyInfo: name, type (Kafka's
+    ConfigDef type), whether required, default (a config string), importance,
+    documentation, group, order, width, display name and dependents."""
 
     name: str
     type: str
     required: bool
-    default_value: Any
+    default_value: str | None
+    importance: Literal["HIGH", "MEDIUM", "LOW"]
     documentation: str
+    group: str
+    order: int
+    width: Literal["NONE", "SHORT", "MEDIUM", "LONG"]
+    display_name: str
+    dependents: list[str]
 
 
 class ConfigInfos(BaseModel):
@@ -229,12 +283,108 @@ def get_connector(name: str) -> dict[str, Any]:
 
 @router.get(
     "/connectors/{name}/config",
-    response_model=dict[str, Any],
+    response_model=dict[str, str],
     responses={**_CONNECTOR_ERRORS, **error_responses(409)},
 )
-def get_config(name: str) -> dict[str, Any]:
-    """The connector's config as written in its spec, secrets masked."""
-    return catalog.masked_config(catalog.ref_by_name(name))
+def get_config(name: str) -> dict[str, str]:
+    """The connector's config as Kafka Connect's flat map of strings, secrets masked."""
+    return catalog.flat_config(catalog.ref_by_name(name))
+
+
+@router.put(
+    "/connectors/{name}/config",
+    response_model=ConnectorInfo,
+    responses={**_CONNECTOR_ERRORS, **error_responses(400, 409)},
+)
+def put_config(
+    request: Request,
+    name: str,
+    config: dict[str, Any] = Body(  # noqa: B008
+        ..., description="The connector's flat config, as GET .../config answers it"
+    ),
+) -> dict[str, Any]:
+    """Kafka Connect's create-or-update. Connectors are declared in pipeline specs (their
+    DAG files), which the API does not rewrite: an existing connector's config given
+    as GET shows it (secrets as shown, masked) answers 200 with its info, unchanged; an
+    invalid config 400 with its errors, as Kafka Connect answers; a config that would
+    change the connector, or create one, 409 naming what differs and where to change
+    it."""
+    from airflow_connectors.spec.flat import flat_value
+
+    given = {k: flat_value(v) for k, v in config.items()}
+    if given.get("name") not in (None, name):
+        raise ApiError(
+            400,
+            f"Connector name configuration ({given['name']}) doesn't match connector name "
+            f"in the URL ({name})",
+        )
+    given["name"] = name
+    try:
+        ref = catalog.ref_by_name(name)
+    except ApiError as e:
+        if e.status != 404:
+            raise
+        raise ApiError(
+            409,
+            f"Connector {name} does not exist, and connectors are not created through this "
+            "API: declare it in a pipeline spec (a table's connectors) and its DAG file "
+            "makes it; its name is <pipeline>.<table>.<connector>",
+        ) from e
+    checked = plugin_config.validate_connector(given, table=catalog.table_of(ref))
+    if checked["error_count"]:
+        problems = [
+            f"{c['value']['name']}: {err}"
+            for c in checked["configs"]
+            for err in c["value"]["errors"]
+        ]
+        raise ApiError(
+            400,
+            f"Connector configuration is invalid and contains the following "
+            f"{len(problems)} error(s):\n" + "\n".join(problems) + "\nYou can also find the "
+            "above list of errors at the endpoint `/connector-plugins/{connectorType}/config/validate`",
+        )
+    current = catalog.flat_config(ref)
+    changed = sorted(k for k in set(current) | set(given) if current.get(k) != given.get(k))
+    if changed:
+        raise ApiError(
+            409,
+            f"connector {name}: this config changes {', '.join(changed)}; connectors are "
+            "declared in pipeline specs and the API does not rewrite them: change the "
+            "connector in its spec (its DAG file) and Airflow renders it anew. A config "
+            "given back as GET .../config shows it (secrets masked) changes nothing",
+        )
+    return catalog.connector_info(ref)
+
+
+@router.post(
+    "/connectors",
+    status_code=201,
+    response_model=ConnectorInfo,
+    responses={**error_responses(400, 409)},
+)
+def create_connector(
+    body: dict[str, Any] = Body(  # noqa: B008
+        ..., description="Kafka Connect's {name, config, initial_state}"
+    ),
+) -> dict[str, Any]:
+    """Kafka Connect's create. Connectors are declared in pipeline specs: 409, naming
+    where to declare one (an existing name: Kafka Connect's 409, it exists)."""
+    name = body.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ApiError(400, "invalid request: body: a connector needs a name")
+    name = name.strip()
+    try:
+        catalog.ref_by_name(name)
+    except ApiError as e:
+        if e.status != 404:
+            raise
+        raise ApiError(
+            409,
+            f"Connector {name} cannot be created through this API: connectors are "
+            "declared in pipeline specs (a table's connectors) and their DAG files make "
+            "them; its name would be <pipeline>.<table>.<connector>",
+        ) from e
+    raise ApiError(409, f"Connector {name} already exists")
 
 
 @router.get(
@@ -244,7 +394,7 @@ def get_config(name: str) -> dict[str, Any]:
     responses=_CONNECTOR_ERRORS,
 )
 def get_status(name: str) -> dict[str, Any]:
-    """The connector's state and its tasks' (the ingest tasks of its DAG's latest run)."""
+    """The connector's state and its tasks' (the ingest tasks of the latest run of its DAG that planned batches)."""
     return catalog.connector_status(catalog.ref_by_name(name))
 
 
@@ -253,7 +403,10 @@ def get_tasks(name: str) -> list[dict[str, Any]]:
     """The connector's tasks, each with the batch it ingests."""
     ref = catalog.ref_by_name(name)
     return [
-        {"id": {"connector": name, "task": t["id"]}, "config": {"batch_id": t["batch_id"]}}
+        {
+            "id": {"connector": name, "task": t["id"]},
+            "config": {} if t["batch_id"] is None else {"batch_id": str(t["batch_id"])},
+        }
         for t in catalog.task_list(ref)
     ]
 
@@ -265,7 +418,7 @@ def get_tasks(name: str) -> list[dict[str, Any]]:
     responses=_CONNECTOR_ERRORS,
 )
 def get_task_status(name: str, task: int) -> dict[str, Any]:
-    """One task's state; 404 when the latest run has no such task."""
+    """One task's state; 404 when the latest run that planned batches has no such task."""
     return catalog.task_status(catalog.ref_by_name(name), task)
 
 
@@ -367,7 +520,6 @@ def stop(name: str) -> Response:
 @router.get(
     "/connectors/{name}/offsets",
     response_model=Offsets,
-    response_model_exclude_none=True,
     responses=_CONNECTOR_ERRORS,
 )
 def get_offsets(name: str) -> dict[str, Any]:
@@ -376,12 +528,11 @@ def get_offsets(name: str) -> dict[str, Any]:
     ref = catalog.ref_by_name(name)
     # Keys are shown masked (a URL's password); PATCH accepts them as shown.
     store = catalog.state_store()
-    offsets = store.offsets(ref)
-    answer: dict[str, Any] = {"offsets": [{**o, "key": mask_url(o["key"])} for o in offsets]}
+    offsets = [{**o, "key": mask_url(o["key"])} for o in store.offsets(ref)]
     watermark = store.watermark(ref)
     if watermark is not None:
-        answer["watermark"] = {**watermark, "key": mask_url(watermark["key"])}
-    return answer
+        watermark = {**watermark, "key": mask_url(watermark["key"])}
+    return kip875_offsets(offsets, watermark, name)
 
 
 @router.patch(
@@ -393,6 +544,12 @@ def patch_offsets(name: str, body: OffsetsPatch) -> dict[str, Any]:
     """Set offsets of a stopped connector (400 otherwise); ``offset: null`` forgets a
     key. Masked keys are accepted as GET shows them."""
     ref = catalog.ref_by_name(name)
+    if body.watermarks:
+        shown = [e for e in get_offsets(name)["offsets"] if is_watermark_entry(e)]
+        try:
+            check_watermark_entries(body.watermarks, shown[0] if shown else None)
+        except ValueError as e:
+            raise ApiError(400, f"invalid request: body.offsets: {e}") from e
     catalog.edit_offsets(ref, [e.model_dump() for e in body.offsets])
     return {"message": f"The offsets of connector {name} were altered; resume it to use them."}
 
@@ -412,11 +569,14 @@ def delete_offsets(name: str) -> dict[str, Any]:
 
 
 @router.get("/connector-plugins", response_model=list[PluginInfo])
-def list_plugins() -> list[dict[str, str]]:
-    """Every transport, format and sink installed (built in or by entry point)."""
+def list_plugins(connectorsOnly: bool = True) -> list[dict[str, str]]:
+    """The transports (``source``) and sinks (``sink``) installed, built in or by entry
+    point; with ``connectorsOnly=false`` the formats (``converter``) too, as Kafka
+    Connect lists its converters then."""
     return [
         {"class": name, "type": kind, "version": __version__}
         for kind, registry in plugin_config.registries()
+        if kind != "converter" or not connectorsOnly
         for name in registry.names()
     ]
 
@@ -429,7 +589,7 @@ def list_plugins() -> list[dict[str, str]]:
 )
 def plugin_definitions(plugin: str, type: PluginType | None = None) -> list[dict[str, Any]]:
     """The fields of the plugin's config; ``type`` picks one of two plugins of one name."""
-    return plugin_config.definitions(plugin_config.plugin_model(plugin, type))
+    return plugin_config.definitions(plugin_config.plugin_model(plugin, type), group=plugin)
 
 
 @router.put(
@@ -460,11 +620,46 @@ def validate_config(
     from airflow_connectors.airflow.connections import check_connections, conn_ids
 
     values = _object(config)
+    if "connector.class" in values:  # a whole connector's flat config
+        return _validate_connector(request, plugin, values)
     model = plugin_config.plugin_model(plugin, type)
     named = conn_ids(values)
     require_connection_tests(request, named)
     check = check_connections if named and connection_testing_enabled() else None
     return plugin_config.validate(plugin, model, values, check)
+
+
+def _validate_connector(request: Request, plugin: str, values: dict[str, Any]) -> dict[str, Any]:
+    """A whole connector's flat config checked (as PUT .../config checks it), against
+    the table of the connector its ``name`` names when the caller may read it."""
+    from airflow_connectors.airflow.api.connect.auth import (
+        connection_testing_enabled,
+        may,
+        require_connection_tests,
+    )
+    from airflow_connectors.airflow.connections import check_connections, conn_ids
+    from airflow_connectors.spec.flat import TRANSPORT_PREFIX
+
+    if values["connector.class"] != plugin:
+        raise ApiError(
+            400,
+            f"invalid request: the config's connector.class ({values['connector.class']}) is "
+            f"not the plugin in the URL ({plugin})",
+        )
+    transport = {
+        k[len(TRANSPORT_PREFIX) :]: v for k, v in values.items() if k.startswith(TRANSPORT_PREFIX)
+    }
+    named = conn_ids(transport)
+    require_connection_tests(request, named)
+    check = check_connections if named and connection_testing_enabled() else None
+    table = None
+    name = values.get("name")
+    if isinstance(name, str) and may(request.state.connect_user, "GET", name):
+        try:
+            table = catalog.table_of(catalog.ref_by_name(name))
+        except ApiError:
+            table = None
+    return plugin_config.validate_connector(values, table=table, check_connections=check)
 
 
 def _object(config: dict[str, Any] | str) -> dict[str, Any]:
@@ -478,3 +673,72 @@ def _object(config: dict[str, Any] | str) -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise ApiError(400, "invalid request: body: the config must be a JSON object")
     return parsed
+
+
+@router.get(
+    "/connectors/{name}/topics",
+    response_model=dict[str, ActiveTopics],
+    responses=_CONNECTOR_ERRORS,
+)
+def get_topics(name: str) -> dict[str, Any]:
+    """KIP-558's active topics: for a connector here, the table it writes (by the name
+    its pipeline gives it), whether or not it has written yet."""
+    ref = catalog.ref_by_name(name)
+    return {name: {"topics": [ref.table]}}
+
+
+@router.put(
+    "/connectors/{name}/topics/reset",
+    status_code=202,
+    response_class=Response,
+    responses=_CONNECTOR_ERRORS,
+)
+def reset_topics(name: str) -> Response:
+    """KIP-558's reset: a connector's table comes from its spec, not from what it wrote,
+    so there is nothing to forget (202, as Kafka Connect answers)."""
+    catalog.ref_by_name(name)
+    return Response(status_code=202)
+
+
+@router.get("/admin/loggers", response_model=dict[str, LoggerLevel])
+def list_loggers() -> dict[str, Any]:
+    """KIP-495's loggers: this package's Python loggers in the API server's process
+    (``root`` and every ``airflow_connectors`` logger), with their effective levels."""
+    from airflow_connectors.airflow.api.connect import loggers
+
+    return loggers.levels()
+
+
+@router.get("/admin/loggers/{logger}", response_model=LoggerLevel, responses=error_responses(404))
+def get_logger(logger: str) -> dict[str, Any]:
+    """One logger's level; 404 for a logger that does not exist."""
+    from airflow_connectors.airflow.api.connect import loggers
+
+    return loggers.level(logger)
+
+
+@router.put(
+    "/admin/loggers/{logger}",
+    response_model=list[str],
+    responses=error_responses(400, 403, 404),
+)
+def set_logger(
+    request: Request, logger: str, body: LevelChange, scope: str = "worker"
+) -> list[str]:
+    """Set a logger's level in the API server's process (Kafka Connect's default scope,
+    ``worker``), its descendants with it; answers the loggers changed. Needs Airflow's
+    configuration edit access. ``scope=cluster`` is refused (400): the tasks' log level
+    is Airflow's ``[logging] logging_level``."""
+    from airflow_connectors.airflow.api.connect import loggers
+    from airflow_connectors.airflow.api.connect.auth import require_config_edit
+
+    require_config_edit(request)
+    if scope.lower() == "cluster":
+        raise ApiError(
+            400,
+            "scope=cluster is not supported: loggers are set in the API server's process "
+            "(scope=worker); the tasks' log level is Airflow's [logging] logging_level",
+        )
+    if scope.lower() != "worker":
+        raise ApiError(400, f"invalid scope {scope!r}: the scopes are worker and cluster")
+    return loggers.set_level(logger, body.level)
