@@ -277,8 +277,8 @@ def pg_logical() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def kafka_connect(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A real Kafka Connect worker in standalone mode (connect-runtime and the Debezium
-    PostgreSQL connector from Maven Central's jars; see
+    """A real Kafka Connect worker in standalone mode (connect-runtime, the Debezium
+    PostgreSQL connector and Kafka's FileStreamSource/Sink from Maven Central's jars; see
     :mod:`airflow_connectors.testing.kafka_connect`) writing to the session's
     ``kafka_broker``, value converter JsonConverter with schemas: ``.create_connector``,
     ``.wait_snapshot``, ``.delete_connector``. Started on first use; tests make connectors

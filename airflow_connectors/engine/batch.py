@@ -144,6 +144,7 @@ def run_batch(store: StateStore, batch_id: int, spark: Callable[[], Any]) -> Bat
         if not batch.published and batch.attempt:
             publish_committed(store, ctx, batch_id, batch.attempt)
         log.info("%s batch %d is already committed; nothing to do", ctx.ref, batch_id)
+        store.restart_done(ctx.ref)  # a restarted task of a committed batch: done
         return BatchResult(batch_id, ctx.ref.endpoint_name, committed=False)
     for _ in range(MAX_SCHEMA_CONFLICTS):
         written = _write(store, ctx, batch.plan.items, spark)

@@ -327,10 +327,14 @@ def same_source(plan: BatchPlan, ctx: BatchContext) -> bool:
 
 
 def finalize(store: StateStore, ctx: BatchContext, *, own_slice_only: bool = False) -> bool:
-    """Recompute end of input after batches ran; returns whether the connector finished.
+    """Recompute end of input after batches ran (and end a restart the run's batches did
+    not end); returns whether the connector finished.
     ``own_slice_only``: as for :func:`discover` (a date slice looks without the
     watermark)."""
     ref = ctx.ref
+    # The run's batches are in: a restart (Kafka Connect's RESTARTING) whose work
+    # committed nothing new, or found nothing, is over.
+    store.restart_done(ref)
     if store.pending_batches(ref):
         store.set_end_of_input(ref, False)
         return False

@@ -97,8 +97,28 @@ class Connectors(Database):
         self._update_connector(ref, stopped=stopped)
 
     def set_restarting(self, ref: ConnectorRef) -> None:
-        """Kafka Connect's RESTARTING, until the next batch commits or fails."""
+        """Kafka Connect's RESTARTING, until the next batch commits or fails, or the
+        restarted work ends without one (:meth:`restart_done`)."""
         self._update_connector(ref, state=ConnectorStatus.RESTARTING.value)
+
+    def restart_done(self, ref: ConnectorRef) -> None:
+        """A restart's work ended without a commit or a failure to say so (a rerun task
+        whose batch was already committed, a run that found nothing new): a RESTARTING
+        connector is RUNNING again. Any other state is left as it is."""
+        with self.tx() as conn:
+            state = conn.execute(
+                sa.select(s.connectors.c.state).where(ref.where(s.connectors))
+            ).scalar()
+            if state != ConnectorStatus.RESTARTING.value:
+                return  # nothing written: every run's finalize asks this
+            conn.execute(
+                sa.update(s.connectors)
+                .where(
+                    ref.where(s.connectors),
+                    s.connectors.c.state == ConnectorStatus.RESTARTING.value,
+                )
+                .values(state=ConnectorStatus.RUNNING.value, updated_at=time.time())
+            )
 
     def set_end_of_input(self, ref: ConnectorRef, end_of_input: bool) -> None:
         """Record whether the connector reached end of input; the first time it does,

@@ -1,9 +1,12 @@
 """A real Kafka Connect worker (standalone mode) on 127.0.0.1 with the Debezium PostgreSQL
 connector, for tests and examples: the change-data-capture pipeline that Kafka Connect
 users run, so ``kafka_input`` with ``update_format: debezium`` reads what Debezium really
-writes. The jars are those that ``deploy/maven/kafka-connect-debezium/pom.xml`` pins
-(resolved by :mod:`airflow_connectors.testing.maven` into a cache outside the
-repository), on one plain classpath: the connector needs no ``plugin.path`` folder.
+writes. Kafka's own FileStreamSource and FileStreamSink connectors (``connect-file``) are
+there too: :func:`file_source` configures the first, the reference whose REST answers
+the tests compare the product's Kafka Connect API with. The jars are those that
+``deploy/maven/kafka-connect-debezium/pom.xml`` pins (resolved by
+:mod:`airflow_connectors.testing.maven` into a cache outside the repository), on one
+plain classpath: the connectors need no ``plugin.path`` folder.
 
     with ConnectWorker(broker.bootstrap_servers, tmp_path / "connect") as worker:
         worker.create_connector("orders-cdc", debezium_postgres(
@@ -48,6 +51,7 @@ JARS = "kafka-connect-debezium"
 MAIN = "org.apache.kafka.connect.cli.ConnectStandalone"
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
 POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
+FILE_SOURCE_CONNECTOR = "org.apache.kafka.connect.file.FileStreamSourceConnector"
 
 # The connector and task (Kafka Connect's MDC) and the thread on every line: Debezium's
 # own threads are named after the connector's topic.prefix
@@ -125,6 +129,25 @@ def debezium_postgres(
     }
     if password is not None:
         config["database.password"] = password
+    return {k: _text(v) for k, v in config.items()}
+
+
+def file_source(*, file: Path | str, topic: str, **more: object) -> dict[str, str]:
+    """A FileStreamSource connector's configuration (Kafka's ``connect-file``): each line
+    of ``file`` a record of ``topic``, one task. Its source partition is
+    ``{"filename": <file>}`` and its offset ``{"position": <byte>}``. The worker makes the
+    topic (``topic.creation.default.*``: one partition, replication factor 1), so a
+    broker without automatic topic creation serves it. ``more`` adds to or overrides
+    these (``batch.size``, ...)."""
+    config: dict[str, object] = {
+        "connector.class": FILE_SOURCE_CONNECTOR,
+        "tasks.max": 1,
+        "file": str(file),
+        "topic": topic,
+        "topic.creation.default.partitions": 1,
+        "topic.creation.default.replication.factor": 1,
+        **more,
+    }
     return {k: _text(v) for k, v in config.items()}
 
 

@@ -62,7 +62,7 @@ def test_a_whole_connectors_flat_config_validates_with_its_errors_on_flat_keys()
     assert definitions["connector.class"]["required"] is True
     assert definitions["transport.config.topic"]["group"] == "kafka_input"
     assert definitions["format.config.update_format"]["group"] == "json"
-    assert [c["definition"]["order"] for c in answer["configs"]] == list(
+    assert [c["definition"]["order_in_group"] for c in answer["configs"]] == list(
         range(len(answer["configs"]))
     )
 

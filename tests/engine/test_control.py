@@ -322,3 +322,28 @@ def test_restart_and_pipeline_pause_are_decided_by_the_service(sqlite_url: str) 
     svc.set_pipeline_paused("p", False)
     assert not store.pipeline_paused("p")
     store.close()
+
+
+def test_a_restart_whose_work_commits_nothing_ends(store_url: str, tmp_path: Path) -> None:
+    """Kafka Connect's RESTARTING ends with the restarted work even when that commits
+    nothing: a rerun task whose batch was already committed (includeTasks), or a run's
+    finalize after finding nothing new. A failure stays a failure."""
+    from airflow_connectors.engine.discovery import finalize
+    from airflow_connectors.testing.conformance import _InProcessTasks
+
+    store = StateStore(store_url)
+    svc = control.ConnectorControl(store)
+    batch = planned(store, tmp_path)
+    assert run_batch(store, batch, _InProcessTasks).committed
+    store.set_restarting(REF)
+    assert svc.view(REF).state == control.State.RESTARTING
+    again = run_batch(store, batch, _InProcessTasks)  # the restarted task: a no-op
+    assert not again.committed and svc.view(REF).state == control.State.RUNNING
+
+    store.set_restarting(REF)
+    finalize(store, context(tmp_path))  # a run that found nothing new ends
+    assert svc.view(REF).state == control.State.RUNNING
+    store.record_failure(REF, "boom", kind="transport")
+    store.restart_done(REF)
+    assert svc.view(REF).state == control.State.FAILED
+    store.close()

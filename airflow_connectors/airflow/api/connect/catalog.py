@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Literal
 
+from airflow_connectors import __version__
 from airflow_connectors.airflow.api.connect.errors import ApiError
 from airflow_connectors.airflow.api.connect.plugin_config import masked_connector
 from airflow_connectors.airflow.dag_switch import AirflowDagSwitch, dag_id_of
@@ -391,7 +392,12 @@ def connector_status(ref: ConnectorRef) -> dict[str, Any]:
     and the tasks' states; a stopped connector lists no tasks."""
     tasks = task_list(ref)
     view = control().view(ref, failed_task_trace=failed_task_trace(tasks))
-    connector: dict[str, Any] = {"state": view.state.value, "worker_id": "airflow"}
+    # Kafka Connect (4.x) gives each state the plugin's version.
+    connector: dict[str, Any] = {
+        "state": view.state.value,
+        "worker_id": "airflow",
+        "version": __version__,
+    }
     if view.trace:
         connector["trace"] = mask_text(view.trace)
     # Kafka Connect: a stopped connector has no tasks; a paused one's are PAUSED.
@@ -399,6 +405,7 @@ def connector_status(ref: ConnectorRef) -> dict[str, Any]:
         {
             **{k: v for k, v in t.items() if k != "batch_id"},
             "state": task_state(view.state, t["state"]),
+            "version": __version__,
         }
         for t in tasks
         if view.state != State.STOPPED

@@ -47,6 +47,7 @@ class ConnectorStateInfo(BaseModel):
     state: str = Field(description="UNASSIGNED, RUNNING, PAUSED, STOPPED, FAILED, RESTARTING")
     worker_id: str
     trace: str | None = Field(default=None, description="Why it failed (only when FAILED)")
+    version: str | None = Field(default=None, description="The plugin's version")
 
 
 class TaskStateInfo(ConnectorStateInfo):
@@ -200,9 +201,9 @@ class PluginInfo(BaseModel):
 
 
 class ConfigKeyInfo(BaseModel):
-    """One field of a plugin's config, as Kafka's ConfigKeyInfo: name, type (Kafka's
-    ConfigDef type), whether required, default (a config string), importance,
-    documentation, group, order, width, display name and dependents."""
+    """One field of a plugin's config, as Kafka's ConfigKeyInfo (4.x): name, type
+    (Kafka's ConfigDef type), whether required, default (a config string), importance,
+    documentation, group, order_in_group, width, display name and dependents."""
 
     name: str
     type: str
@@ -211,7 +212,7 @@ class ConfigKeyInfo(BaseModel):
     importance: Literal["HIGH", "MEDIUM", "LOW"]
     documentation: str
     group: str
-    order: int
+    order_in_group: int
     width: Literal["NONE", "SHORT", "MEDIUM", "LONG"]
     display_name: str
     dependents: list[str]
@@ -728,7 +729,8 @@ def set_logger(
     """Set a logger's level in the API server's process (Kafka Connect's default scope,
     ``worker``), its descendants with it; answers the loggers changed. Needs Airflow's
     configuration edit access. ``scope=cluster`` is refused (400): the tasks' log level
-    is Airflow's ``[logging] logging_level``."""
+    is Airflow's ``[logging] logging_level``; another scope is ``worker``, and a level
+    that is not one answers 404, as in Kafka Connect."""
     from airflow_connectors.airflow.api.connect import loggers
     from airflow_connectors.airflow.api.connect.auth import require_config_edit
 
@@ -739,6 +741,4 @@ def set_logger(
             "scope=cluster is not supported: loggers are set in the API server's process "
             "(scope=worker); the tasks' log level is Airflow's [logging] logging_level",
         )
-    if scope.lower() != "worker":
-        raise ApiError(400, f"invalid scope {scope!r}: the scopes are worker and cluster")
     return loggers.set_level(logger, body.level)

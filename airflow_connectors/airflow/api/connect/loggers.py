@@ -84,9 +84,9 @@ def set_level(name: str, level_name: str) -> list[str]:
     """Set ``name``'s level (and its descendants', as Kafka Connect does); answers the
     loggers set. A name of the package that no module has asked for yet is made."""
     level = _TO_PYTHON.get(level_name.strip().upper())
-    if level is None:
+    if level is None:  # Kafka Connect answers 404 for a level log4j does not know
         raise ApiError(
-            400,
+            404,
             f"invalid log level {level_name!r}: the levels are "
             f"{', '.join(k for k in _TO_PYTHON if k not in ('WARNING', 'CRITICAL'))}",
         )

@@ -55,7 +55,7 @@ def definitions(
     (after ``prefix``), type (Kafka's ConfigDef type: ``PASSWORD`` for a secret),
     whether it is required, its default as a config string (null when none), importance
     (``HIGH`` when required, else ``MEDIUM``), its ``Field(description=...)``, ``group``,
-    ``order`` (counting from ``order``), width ``NONE``, display name (the schema's
+    ``order_in_group`` (counting from ``order``), width ``NONE``, display name (the schema's
     title) and no dependents."""
     from airflow_connectors.spec.flat import flat_value
 
@@ -86,7 +86,7 @@ def definitions(
                 "importance": "HIGH" if name in required else "MEDIUM",
                 "documentation": prop.get("description", ""),
                 "group": group,
-                "order": order + len(out),
+                "order_in_group": order + len(out),
                 "width": "NONE",
                 "display_name": prop.get("title", name),
                 "dependents": [],
@@ -181,7 +181,7 @@ def config_infos(
                         "passed to the client library as given" if field in extras else ""
                     ),
                     "group": groups[0],
-                    "order": len(defs) + n,
+                    "order_in_group": len(defs) + n,
                     "width": "NONE",
                     "display_name": field,
                     "dependents": [],
@@ -267,7 +267,7 @@ def connector_definitions(
     if fmt is not None:
         out += definitions(fmt, group=format_name, prefix="format.config.")
     for n, d in enumerate(out):
-        d["order"] = n
+        d["order_in_group"] = n
     return out
 
 
