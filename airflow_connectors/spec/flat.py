@@ -244,6 +244,8 @@ def flat_key(path: str, keys: set[str]) -> str:
     ``keys`` and the known ones."""
     nested = _nested_models()
     path = _INDEX.sub("", path)
+    if path in keys and path not in ("transport", "format"):
+        return path  # a key as given (an unknown one, or a spec name such as tasks_max)
     head = path.split(".", 1)[0]
     if path in ("", "transport", "transport.name", "transport.config"):
         return CLASS_KEY if path else ""

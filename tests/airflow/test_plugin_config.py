@@ -76,3 +76,20 @@ def test_a_whole_connectors_flat_config_validates_with_its_errors_on_flat_keys()
     unknown = validate_connector({**good, "format.name": "jsn"})
     [problem] = [v["errors"] for v in values(unknown).values() if v["errors"]]
     assert problem[0].startswith("format.name: format 'jsn' is not available (did you mean 'json'")
+
+
+def test_a_key_no_field_has_is_named_and_a_secret_one_masked() -> None:
+    from airflow_connectors.airflow.api.connect.plugin_config import validate_connector
+
+    answer = validate_connector(
+        {
+            "connector.class": "file_input",
+            "transport.config.path": "/data",
+            "format.name": "json",
+            "aws.secret.access.key": "hunter2",
+        }
+    )
+    assert answer["error_count"] == 1
+    [(value, errors)] = [(v["value"], v["errors"]) for v in values(answer).values() if v["errors"]]
+    assert value == "***" and "hunter2" not in str(answer)
+    assert errors[0].startswith("aws.secret.access.key: unknown key 'aws.secret.access.key'")

@@ -357,6 +357,24 @@ def put_config(
     return catalog.connector_info(ref)
 
 
+@router.delete(
+    "/connectors/{name}",
+    status_code=204,
+    response_class=Response,
+    responses={**_CONNECTOR_ERRORS, **error_responses(409)},
+)
+def delete_connector(name: str) -> Response:
+    """Kafka Connect's delete. A connector here is its pipeline spec's: 409, naming
+    where to remove it (``stop`` pauses it and releases its batches meanwhile)."""
+    catalog.ref_by_name(name)  # 404 for an unknown connector
+    raise ApiError(
+        409,
+        f"Connector {name} cannot be deleted through this API: it is declared in a "
+        "pipeline spec, and it goes when its spec no longer declares it (its DAG file is "
+        f"parsed again); meanwhile PUT /connectors/{name}/stop stops it",
+    )
+
+
 @router.post(
     "/connectors",
     status_code=201,

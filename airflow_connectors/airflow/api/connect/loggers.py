@@ -43,7 +43,7 @@ def _level_name(level: int) -> str:
 
 
 def _known(name: str) -> bool:
-    return name == ROOT or (
+    return name in (ROOT, PACKAGE) or (
         (name == PACKAGE or name.startswith(PACKAGE + "."))
         and name in logging.Logger.manager.loggerDict
     )
@@ -56,7 +56,8 @@ def _names() -> list[str]:
         for n, lg in loggers.items()
         if (n == PACKAGE or n.startswith(PACKAGE + ".")) and isinstance(lg, logging.Logger)
     )
-    return [ROOT, *sorted(ours)]
+    # The package's own logger is listed whether or not a module asked for it yet.
+    return [ROOT, *sorted({PACKAGE, *ours})]
 
 
 def _entry(name: str) -> dict[str, Any]:

@@ -309,8 +309,20 @@ def validate_connector(
     defs = connector_definitions(tmodel, tname, fmodel, fname)
     known = keys | {d["name"] for d in defs}
     errors: dict[str, list[str]] = {}
+    defined = {d["name"] for d in defs}
     for spec_error in problems:
         key = flat_key(spec_error.path, known)
+        if (
+            key not in defined
+            and not key.startswith(("transport.config.", "format.config."))
+            and spec_error.message.startswith("unknown field")
+        ):
+            spec_error = SpecError(
+                spec_error.path,
+                f"unknown key {key!r}: not a field of the connector, nor of its transport "
+                "(transport.config.<field>) or format (format.config.<field>); this "
+                "answer's definitions list the keys",
+            )
         # Named by the flat key the caller gave (tasks.max, not tasks_max).
         errors.setdefault(key, []).append(
             f"{key}: {spec_error.message}" if key else spec_error.message
@@ -321,8 +333,8 @@ def validate_connector(
             errors.setdefault(f"transport.config.{field}", []).append(problem)
     masked = masked_connector(doc)
     shown = flatten_connector(masked, name)
-    for key in keys - set(shown):  # as given, when not part of the spec (unknown keys)
-        shown[key] = str(flat[key]) if flat[key] is not None else ""
+    unknown = {k: "" if flat[k] is None else str(flat[k]) for k in keys - set(shown)}
+    shown.update(mask_config(unknown))  # as given (a secret-named key masked)
     groups = [
         "connector",
         "errors",
