@@ -47,7 +47,7 @@ def flat_value(value: Any) -> str | None:
     return json.dumps(value)
 
 
-def _nested_models() -> dict[str, type[BaseModel]]:
+def nested_models() -> dict[str, type[BaseModel]]:
     """The connector's fields that are settings objects of their own (``errors``,
     ``trigger``), flattened one level (``errors.tolerance``)."""
     from airflow_connectors.spec.models import ErrorsSpec, TriggerSpec
@@ -55,7 +55,7 @@ def _nested_models() -> dict[str, type[BaseModel]]:
     return {"errors": ErrorsSpec, "trigger": TriggerSpec}
 
 
-def _dumped_names(model: type[BaseModel]) -> dict[str, str]:
+def dumped_names(model: type[BaseModel]) -> dict[str, str]:
     """A model's field names as its dump writes them, by field name: the serialization
     alias where it has one (``retry.timeout``)."""
     return {n: f.serialization_alias or n for n, f in model.model_fields.items()}
@@ -65,7 +65,7 @@ def flatten_connector(connector: Mapping[str, Any], name: str) -> dict[str, str]
     """The connector (as its spec dumps it, secrets already masked) as a flat config
     named ``name``."""
     out: dict[str, str] = {"name": name}
-    nested = _nested_models()
+    nested = nested_models()
     for key, value in connector.items():
         if value is None or key == "name":
             continue
@@ -78,7 +78,7 @@ def flatten_connector(connector: Mapping[str, Any], name: str) -> dict[str, str]
         elif key == "tasks_max":
             out[TASKS_KEY] = json.dumps(value)
         elif key in nested and isinstance(value, Mapping):
-            names = _dumped_names(nested[key])
+            names = dumped_names(nested[key])
             for sub, v in value.items():
                 text = flat_value(v)
                 if text is not None:
@@ -112,7 +112,7 @@ def unflatten_connector(
     from airflow_connectors.spec.models import ConnectorSpec
 
     doc: dict[str, Any] = {}
-    nested = _nested_models()
+    nested = nested_models()
     for key, value in flat.items():
         if key == CLASS_KEY:
             doc.setdefault("transport", {})["name"] = value
@@ -131,7 +131,7 @@ def unflatten_connector(
         elif "." in key and key.split(".", 1)[0] in nested:
             head, sub = key.split(".", 1)
             model = nested[head]
-            by_alias = {alias: n for n, alias in _dumped_names(model).items()}
+            by_alias = {alias: n for n, alias in dumped_names(model).items()}
             doc.setdefault(head, {})[sub] = typed_value(value, model, by_alias.get(sub, sub))
         elif key in ("transport", "format") and isinstance(value, Mapping):
             doc.setdefault(key, {}).update(value)
@@ -190,9 +190,7 @@ def json_kinds(model: type[BaseModel], field: str) -> set[str]:
     if prop is None:
         return {"string", "integer", "number", "boolean", "array", "object", "null"}
     kinds = _prop_kinds(prop, schema.get("$defs", {}))
-    if "integer" in kinds:  # an integer field reads 5; a number field reads 5 and 5.5
-        kinds.add("integer")
-    if "number" in kinds:
+    if "number" in kinds:  # a number field reads 5 as well as 5.5
         kinds.add("integer")
     return kinds
 
@@ -242,7 +240,7 @@ def flat_key(path: str, keys: set[str]) -> str:
     (``transport.name`` -> ``connector.class``, ``labels[0]`` -> ``labels``,
     ``transport.config.headers.x`` -> ``transport.config.headers``), given the map's
     ``keys`` and the known ones."""
-    nested = _nested_models()
+    nested = nested_models()
     path = _INDEX.sub("", path)
     if path in keys and path not in ("transport", "format"):
         return path  # a key as given (an unknown one, or a spec name such as tasks_max)
@@ -254,7 +252,7 @@ def flat_key(path: str, keys: set[str]) -> str:
     if path == "tasks_max":
         return TASKS_KEY
     if head in nested and "." in path:
-        names = _dumped_names(nested[head])
+        names = dumped_names(nested[head])
         sub = path.split(".", 1)[1]
         field = sub.split(".", 1)[0]
         return f"{head}.{names.get(field, sub)}"

@@ -804,7 +804,7 @@ class _Validator:
                 ok = False
                 # Its own fields are wrong; still check its transport and format, so
                 # that every problem is reported at once.
-                partial = _without_bad_fields(cdoc, f"unnamed-{i}")
+                partial = without_bad_fields(cdoc, f"unnamed-{i}")
                 if partial is not None:
                     self.labels(cpath, partial)
                     self.parsed.append((table, i, partial))
@@ -1026,7 +1026,7 @@ def _resolve_format(
     )
 
 
-def _without_bad_fields(doc: dict[str, Any], default_name: str) -> ConnectorSpec | None:
+def without_bad_fields(doc: dict[str, Any], default_name: str) -> ConnectorSpec | None:
     """The connector with its invalid fields (already reported) left at their defaults,
     or None when its transport or format itself is invalid."""
     try:

@@ -150,26 +150,23 @@ def ref_by_feldera_path(pipeline: str, table: str, connector: str) -> ConnectorR
     return ref
 
 
-def masked_config(ref: ConnectorRef) -> dict[str, Any]:
-    """The connector's config as users may see it: secrets masked."""
-    return masked_connector(spec_of(ref)["connector"])
-
-
-def flat_config(ref: ConnectorRef) -> dict[str, str]:
+def flat_config(ref: ConnectorRef, spec: dict[str, Any] | None = None) -> dict[str, str]:
     """The connector's config as Kafka Connect shows one: a flat map of strings
-    (:mod:`airflow_connectors.spec.flat`), secrets masked."""
+    (:mod:`airflow_connectors.spec.flat`), secrets masked. ``spec``: its
+    :func:`spec_of`, when the caller has it already."""
     from airflow_connectors.spec.flat import flatten_connector
 
-    return flatten_connector(masked_config(ref), connector_name(ref))
+    connector = masked_connector((spec or spec_of(ref))["connector"])
+    return flatten_connector(connector, connector_name(ref))
 
 
-def table_of(ref: ConnectorRef) -> Any:
+def table_of(ref: ConnectorRef, spec: dict[str, Any] | None = None) -> Any:
     """The connector's table as its spec declares it (a ``TableSpec``), or None when the
-    serialized DAG's copy cannot be read back."""
+    serialized DAG's copy cannot be read back. ``spec``: as for :func:`flat_config`."""
     from airflow_connectors.spec.models import TableSpec
 
     try:
-        return TableSpec.model_validate(spec_of(ref)["table"])
+        return TableSpec.model_validate((spec or spec_of(ref))["table"])
     except Exception:  # an older serialization: validate without the table
         return None
 

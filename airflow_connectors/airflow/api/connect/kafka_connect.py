@@ -331,7 +331,8 @@ def put_config(
             "API: declare it in a pipeline spec (a table's connectors) and its DAG file "
             "makes it; its name is <pipeline>.<table>.<connector>",
         ) from e
-    checked = plugin_config.validate_connector(given, table=catalog.table_of(ref))
+    spec = catalog.spec_of(ref)  # one read of the serialized DAG for both uses
+    checked = plugin_config.validate_connector(given, table=catalog.table_of(ref, spec))
     if checked["error_count"]:
         problems = [
             f"{c['value']['name']}: {err}"
@@ -344,7 +345,7 @@ def put_config(
             f"{len(problems)} error(s):\n" + "\n".join(problems) + "\nYou can also find the "
             "above list of errors at the endpoint `/connector-plugins/{connectorType}/config/validate`",
         )
-    current = catalog.flat_config(ref)
+    current = catalog.flat_config(ref, spec)
     changed = sorted(k for k in set(current) | set(given) if current.get(k) != given.get(k))
     if changed:
         raise ApiError(

@@ -217,11 +217,11 @@ def connector_definitions(
     (:mod:`airflow_connectors.spec.flat`): the connector's own fields (group
     ``connector``), ``errors.*`` and ``trigger.*``, then the transport's and the
     format's fields (groups named after the plugins)."""
-    from airflow_connectors.spec.flat import _dumped_names, _nested_models
+    from airflow_connectors.spec.flat import dumped_names, nested_models
     from airflow_connectors.spec.models import ConnectorSpec
 
     out: list[dict[str, Any]] = []
-    nested = _nested_models()
+    nested = nested_models()
     for d in definitions(ConnectorSpec, group="connector"):
         name = d["name"]
         if name == "transport":
@@ -256,7 +256,7 @@ def connector_definitions(
         elif name == "tasks_max":
             out.append({**d, "name": "tasks.max"})
         elif name in nested:
-            names = _dumped_names(nested[name])
+            names = dumped_names(nested[name])
             for sub in definitions(nested[name], group=name):
                 field = names.get(sub["name"], sub["name"])
                 out.append({**sub, "name": f"{name}.{field}"})
@@ -286,7 +286,7 @@ def validate_connector(
     from airflow_connectors.spec.errors import SpecError, SpecValidationError, validated
     from airflow_connectors.spec.flat import flat_key, flatten_connector, unflatten_connector
     from airflow_connectors.spec.models import ConnectorSpec, TableSpec
-    from airflow_connectors.spec.validate import _without_bad_fields, resolve_connector
+    from airflow_connectors.spec.validate import resolve_connector, without_bad_fields
 
     tname = str(flat.get("connector.class") or "")
     fname = str(flat.get("format.name") or "")
@@ -298,7 +298,7 @@ def validate_connector(
     problems: list[SpecError] = []
     spec = validated([], ConnectorSpec, doc, problems)
     if spec is None:  # the plugins are checked too, with the bad fields at their defaults
-        spec = _without_bad_fields(doc, "connector")
+        spec = without_bad_fields(doc, "connector")
     if spec is not None:
         checked = table if isinstance(table, TableSpec) else TableSpec(name="table")
         try:
