@@ -44,7 +44,7 @@ wait_for() { # wait_for SECONDS COMMAND...: until COMMAND succeeds, or fail
 
 apt_install() { # apt_install PACKAGE...: Debian packages, or a one-line instruction
     if ! is_root || ! command -v apt-get >/dev/null; then
-        echo "services: $* not installed; install them (Debian: apt-get install $*) or point the suite at your own server (see README)" >&2
+        echo "services: $* not installed; install them (Debian: apt-get install $*) or point the suite at your own server (see docs/development.md)" >&2
         return 1
     fi
     local log="$HOME_DIR/apt.log"

@@ -69,9 +69,9 @@ ERRORS_SUFFIX = "__errors"
 
 #: Feldera transports this release cannot offer yet, with why: no such broker runs where
 #: the product is tested, so they would ship untested. A transport can be added as a
-#: plugin (README: "Writing a transport").
+#: plugin (docs/extending/writing-a-transport.md).
 NOT_YET: dict[str, str] = {
-    name: f" ({why}; a transport for it can be added as a plugin: see 'Writing a transport' in the README)"
+    name: f" ({why}; a transport for it can be added as a plugin: see docs/extending/writing-a-transport.md)"
     for name, why in {
         "pub_sub_input": "Google Pub/Sub is not supported in this release",
         "pubsub_input": "Google Pub/Sub (Feldera's pub_sub_input) is not supported in this release",

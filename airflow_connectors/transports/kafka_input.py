@@ -658,7 +658,7 @@ class KafkaInputTransport(SequenceSource):
             log.warning(
                 "%s partition %d: offsets %d and %d hold %r then %r: the hand-over column "
                 "does not grow in message order, so the start after %r may skip or repeat "
-                "messages (see handover in the README)",
+                "messages (see 'Backfill, then Kafka' in docs/transports/kafka_input.md)",
                 self._where(),
                 number,
                 at[0],

@@ -1,12 +1,11 @@
 """A connector inside a user's own DAG (``ConnectorTaskGroup``) on real Airflow
-(``DagBag``, ``dag.test()``) with real spark-submit on local Spark: the README's example
+(``DagBag``, ``dag.test()``) with real spark-submit on local Spark: the docs' example
 as written, rows landed once however often the DAG runs, the user's task after the
 group, the finished asset event, the gate's skips, and what the group refuses."""
 
 from __future__ import annotations
 
 import datetime as dt
-import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -15,25 +14,20 @@ import pyarrow.dataset as ds
 import pytest
 import yaml
 from conftest import DAGS, task_states
+from docs_examples import doc_block
 
 from airflow_connectors.state.store import ConnectorRef, StateStore
 
 pytestmark = pytest.mark.depth
 
-#: The README (``AIRFLOW_CONNECTORS_README``: a draft of it, to try a section before
-#: it is merged).
-README = Path(
-    os.environ.get("AIRFLOW_CONNECTORS_README") or Path(__file__).parents[2] / "README.md"
-)
+#: The docs' example (docs/concepts/own-dag.md).
 MARKER = "<!-- task-group-example -->"
 GROUP = "orders__live"
 
 
 def readme_block(marker: str) -> str:
-    """The first Python block after ``marker`` in the README."""
-    text = README.read_text()
-    assert marker in text, f"{README} has no {marker} (the section with the example)"
-    return text.split(marker, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    """The first Python block after ``marker`` in the docs."""
+    return doc_block(marker, "python")
 
 
 def parse_dag_file(name: str, code: str) -> dict[str, Any]:
@@ -107,7 +101,7 @@ def ingest_runs(states: dict[tuple[str, int], str]) -> list[int]:
 def test_readme_example_lands_rows_once_and_runs_the_users_task_after_the_group(
     connectors_env: dict[str, str],
 ) -> None:
-    """The README's DAG as written: a 1,000-row connector, then ``count_orders`` reading
+    """The docs' DAG as written: a 1,000-row connector, then ``count_orders`` reading
     the table; run twice, the second run lands nothing and counts the same rows."""
     dag = parse_dag_file("readme_shop_report.py", readme_block(MARKER))["shop_report"]
     assert {t.task_id for t in dag.tasks} == {

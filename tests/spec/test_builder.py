@@ -1,35 +1,23 @@
 """Pipelines built in Python (``airflow_connectors.Pipeline``): the same pipeline as the
-same YAML, the same errors with the same paths, and the README's example as written."""
+same YAML, the same errors with the same paths, and the docs' example as written."""
 
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from docs_examples import doc_block
 
 import airflow_connectors
 from airflow_connectors.catalog import PLUGINS, load_pipeline
 from airflow_connectors.spec import PipelineSpec, SpecValidationError
 from airflow_connectors.spec.builder import Pipeline, TableBuilder
 
-#: The README (``AIRFLOW_CONNECTORS_README``: a draft of it, to try a section before
-#: it is merged).
-README = Path(
-    os.environ.get("AIRFLOW_CONNECTORS_README") or Path(__file__).parents[2] / "README.md"
-)
+#: The docs' example (docs/concepts/python-api.md).
 MARKER = "<!-- pipeline-builder-example -->"
-
-
-def readme_block(marker: str, language: str) -> str:
-    """The first ``language`` code block after ``marker`` in the README."""
-    text = README.read_text()
-    assert marker in text, f"{README} has no {marker} (the section with the example)"
-    after = text.split(marker, 1)[1]
-    return after.split(f"```{language}\n", 1)[1].split("```", 1)[0]
 
 
 def from_yaml(tmp_path: Path, text: str) -> PipelineSpec:
@@ -54,9 +42,9 @@ def built_errors(pipeline: Pipeline | TableBuilder, tmp_path: Path) -> list[str]
 
 def test_readme_example_builds_the_pipeline_of_the_readme_yaml(tmp_path: Path) -> None:
     namespace: dict[str, Any] = {}
-    exec(readme_block(MARKER, "python"), namespace)
+    exec(doc_block(MARKER, "python"), namespace)
     built = namespace["shop"].build(PLUGINS, base_dir=tmp_path)
-    assert built == from_yaml(tmp_path, readme_block(MARKER, "yaml"))
+    assert built == from_yaml(tmp_path, doc_block(MARKER, "yaml"))
     assert [f"{t.name}.{c.name}" for t, c in built.connectors()] == [
         "orders.backfill",
         "orders.live",

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docs_examples import doc_block
 
 from airflow_connectors.catalog import PLUGINS, load_pipeline, parse_pipeline, validate_pipeline
 from airflow_connectors.spec import SpecValidationError
@@ -19,7 +20,6 @@ from airflow_connectors.spec.models import TableSpec
 from airflow_connectors.state.plan import BatchPlan
 from airflow_connectors.transports.base import WorkItem
 
-README = Path(__file__).parents[2] / "README.md"
 MARKER = "<!-- keys-example -->"
 
 FILES: dict[str, Any] = {
@@ -437,17 +437,14 @@ def test_keyed_table_survives_a_batch_plan_round_trip() -> None:
     assert [c.name for c in back.table.columns if not c.nullable] == ["id", "tenant"]
 
 
-# --- README ----------------------------------------------------------------------------------
+# --- docs ------------------------------------------------------------------------------------
 
 
-def test_readme_keys_example_validates(tmp_path: Path) -> None:
-    text = README.read_text()
-    assert MARKER in text, "README.md has no 'Keys and changes' example"
-    after = text.split(MARKER, 1)[1]
-    yaml_text = after.split("```yaml\n", 1)[1].split("```", 1)[0]
+def test_docs_keys_example_validates(tmp_path: Path) -> None:
+    yaml_text = doc_block(MARKER, "yaml")  # docs/concepts/changes.md
     (tmp_path / "shop.yaml").write_text(yaml_text)
     t = load_pipeline(tmp_path / "shop.yaml").table("customers")
     assert t.keyed and t.sequence_by is not None
-    sql_text = after.split("```sql\n", 1)[1].split("```", 1)[0]
+    sql_text = doc_block(MARKER, "sql")
     doc = {"pipeline": "p", "tables": {"customers": {"sql": sql_text, "sink": {"name": "delta"}}}}
     assert parse_pipeline(doc).table("customers").primary_key == t.primary_key

@@ -1,4 +1,4 @@
-"""The README's "Writing a transport" example, installed as a third party installs one
+"""The docs' "Writing a transport" example, installed as a third party installs one
 (a module plus an entry point in the group ``airflow_connectors.transports``), passes the
 conformance kit: in this process, and in the ingest job's own process with local Spark
 workers, which find it only through the entry point."""
@@ -11,20 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docs_examples import doc_block
 
 from airflow_connectors.catalog import parse_pipeline
 from airflow_connectors.spec import SpecValidationError
 from airflow_connectors.testing.conformance import Source, TransportConformance
 from airflow_connectors.transports import TRANSPORTS
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-MARKER = "<!-- transport-example -->"
+MARKER = "<!-- transport-example -->"  # docs/extending/writing-a-transport.md
 
 
 def readme_example() -> str:
-    """The first Python block after the README's marker."""
-    after = README.read_text().split(MARKER, 1)[1]
-    return after.split("```python\n", 1)[1].split("```", 1)[0]
+    """The first Python block after the docs' marker."""
+    return doc_block(MARKER, "python")
 
 
 @pytest.fixture
