@@ -89,7 +89,7 @@ def main() -> int:
         home = Path(tmp) / "airflow"
         home.mkdir()
         env = {
-            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "1800",  # Airflow's 30 s: see README
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "1800",  # Airflow's default: 30 s
             **os.environ,
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

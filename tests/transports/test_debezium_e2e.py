@@ -3,7 +3,7 @@ Kafka Connect worker (standalone; the session's ``kafka_connect``) captures a ta
 the private ``wal_level=logical`` cluster (``pg_logical``) into the session's Kafka
 broker. The topic holds Debezium's envelopes for the snapshot (r), inserts (c), updates
 (u), deletes (d, each followed by a tombstone) and a truncate (t), as Debezium writes
-them. Then the Kafka Connect user's migration path (README, "From Kafka Connect and
+them. Then the Kafka Connect user's migration path (docs/transports/kafka_input.md, "From Kafka Connect and
 Debezium"): ``kafka_input`` with ``update_format: debezium`` reads that topic into keyed
 tables with the ``postgres`` and ``delta`` sinks, which end equal to the source table.
 
@@ -246,7 +246,7 @@ KEYED_COLUMNS = {
 
 def keyed_table(topic: str, servers: str, sink: dict[str, Any]) -> dict[str, Any]:
     """A table keyed on ``id`` filled by ``kafka_input`` from Debezium's topic
-    (``update_format: debezium``), as the README's migration section shows it."""
+    (``update_format: debezium``), as the docs' migration section shows it."""
     return {
         "columns": KEYED_COLUMNS,
         "primary_key": ["id"],
