@@ -53,10 +53,10 @@ fi
 # - beside: the cluster tests (marked `cluster`: a Spark standalone cluster and Airflow
 #   with Celery workers, mostly waiting on heartbeats, schedulers and polls), then the
 #   database, stream and table-format sources, Kafka and the Spark readers of our tables
-#   (marked `sources`), the Airflow-native features' end-to-end modules (marked `depth`:
-#   each starts an Airflow of its own) and the README's main command run from a copy of
-#   the repository (marked `side`), in one pytest; each part's output goes to
-#   test-artifacts/ and follows the rest's;
+#   (marked `sources`), the Airflow-native features' end-to-end modules (marked
+#   `airflow_server`: a real Airflow, this lane's own) and the README's main command run
+#   from a copy of the repository (marked `side`), in one pytest; each part's output goes
+#   to test-artifacts/ and follows the rest's;
 # - every test's time of each lane in test-artifacts/{main,cluster,sources}-tests.xml
 #   (JUnit XML), for finding where the suite's time goes;
 # - the rest (none of these markers) in this shell.
@@ -70,30 +70,30 @@ started=$SECONDS
         --junitxml=test-artifacts/cluster-tests.xml >"$cluster_log" 2>&1 || code=$?
     echo "$code" >test-artifacts/cluster-tests.status
     code=0
-    .venv/bin/python -m pytest -m "(sources or depth or side) and not cluster" -p no:cacheprovider \
+    .venv/bin/python -m pytest -m "(sources or airflow_server or side) and not cluster" -p no:cacheprovider \
         --junitxml=test-artifacts/sources-tests.xml >"$sources_log" 2>&1 || code=$?
     echo "$code" >test-artifacts/sources-tests.status
     echo "$((SECONDS - started))" >test-artifacts/side-lane.seconds
 ) &
 beside_pid=$!
 trap 'kill "$beside_pid" 2>/dev/null || true' EXIT
-.venv/bin/python -m pytest -m "not cluster and not sources and not depth and not side" \
+.venv/bin/python -m pytest -m "not cluster and not sources and not airflow_server and not side" \
     --junitxml=test-artifacts/main-tests.xml || status=$?
 main_seconds=$((SECONDS - started))
 wait "$beside_pid" || true
 trap - EXIT
 echo "=================== the cluster tests (pytest -m cluster) ==================="
 cat "$cluster_log"
-echo "===== the sources, depth and side tests (pytest -m 'sources or depth or side') ====="
+echo "===== the sources, airflow_server and side tests (pytest -m 'sources or airflow_server or side') ====="
 cat "$sources_log"
 echo "================ prefetch (Maven jars, pysparks for the readers) ================"
 cat "$prefetch_log" 2>/dev/null || true
 side_seconds=$(cat test-artifacts/side-lane.seconds 2>/dev/null || echo "?")
-echo "test: main lane ${main_seconds} s, side lane (cluster, then sources/depth/side) ${side_seconds} s"
+echo "test: main lane ${main_seconds} s, side lane (cluster, then sources/airflow_server/side) ${side_seconds} s"
 cluster_status=$(cat test-artifacts/cluster-tests.status 2>/dev/null || echo 1)
 sources_status=$(cat test-artifacts/sources-tests.status 2>/dev/null || echo 1)
 final=0
-for part in "not cluster and not sources and not depth and not side:$status" "cluster:$cluster_status" "(sources or depth or side) and not cluster:$sources_status"; do
+for part in "not cluster and not sources and not airflow_server and not side:$status" "cluster:$cluster_status" "(sources or airflow_server or side) and not cluster:$sources_status"; do
     code=${part##*:}
     if [ "$code" -eq 5 ]; then
         echo "test: pytest -m '${part%:*}' collected no tests; that is a failure" >&2

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,12 +24,156 @@ PG_BASE = os.environ.get(
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
+#: ``AIRFLOW_CONNECTORS_TEST_LANE=fast`` (``make fast``): the lane of tests that need no
+#: Spark, no Airflow and no server. A test of it that starts Spark fails (see
+#: :func:`_no_spark_in_the_fast_lane`): it needs the ``spark`` marker.
+FAST_LANE = os.environ.get("AIRFLOW_CONNECTORS_TEST_LANE") == "fast"
+
+# --- markers by what a test needs ------------------------------------------------------
+#
+# pyproject.toml registers them (pytest runs with --strict-markers). Most are applied here
+# from the fixtures a test uses (``item.fixturenames`` holds every fixture it uses, also
+# through other fixtures); a module that needs something without such a fixture (the CLI
+# in a subprocess that starts Spark, a server of its own) says so with ``pytestmark``.
+
+#: Fixture -> the markers of the tests that use it.
+FIXTURE_NEEDS: dict[str, tuple[str, ...]] = {
+    "spark": ("spark",),  # a local[2] SparkSession
+    "spark_connect_server": ("spark",),  # a Spark Connect server on local Spark
+    "airflow_db": ("airflow",),  # Airflow's metadata DB, for DagBag and dag.test()
+    # dag.test() of connector DAGs, whose ingest tasks spark-submit on local Spark.
+    "connectors_env": ("airflow", "spark"),
+    # One `airflow standalone` (scheduler, API server, ...) on a PostgreSQL metadata DB,
+    # its batches on the session's Spark Connect server.
+    "e2e": ("airflow", "spark", "postgres"),
+    # The scale-out deployment of tests/cluster/conftest.py.
+    "deployment": ("airflow", "spark", "postgres", "s3", "redis"),
+    "pg_schema_factory": ("postgres",),
+    "pg_database": ("postgres",),
+    "pg_logical": ("postgres",),  # a private cluster of PostgreSQL's binaries
+    "s3_server": ("s3",),  # moto
+    "gcs_server": ("gcs",),  # fake-gcs-server
+    "azurite": ("azure",),  # Azurite (npm)
+    "kafka_broker": ("kafka",),
+    "kafka_connect": ("kafka",),
+    # Fixtures of test modules that start a server of their own.
+    "browser": ("browser",),  # headless Chromium (tests/airflow/test_connectors_page.py)
+    "auth_s3": ("s3",),  # moto checking signatures
+    "token_server": ("spark",),  # a Spark Connect server that wants a token
+    "killable_spark_connect_server": ("spark",),
+}
+
+#: Fixtures that take long without needing anything of the above: their tests are ``slow``.
+SLOW_FIXTURES = frozenset(
+    {
+        "site",  # tests/test_docs.py: the documentation site, built with Sphinx
+    }
+)
+
+#: A parameter (of a fixture or of ``parametrize``) of this value runs the test against
+#: PostgreSQL (``store_url``, ``new_store``, a catalog or a sink kind).
+POSTGRES_PARAM = "postgres"
+
+#: Tests of the conformance kits (airflow_connectors/testing/) that start an ingest job
+#: (spark-submit) in a subprocess without a fixture that says so.
+KIT_TESTS_STARTING_SPARK = frozenset({"test_polling_reader_sees_whole_batches_only"})
+
+
+def added_markers(item: pytest.Item) -> set[str]:
+    """The markers :func:`pytest_collection_modifyitems` adds to ``item``: what its
+    fixtures and parameters need, ``slow`` for :data:`SLOW_FIXTURES`."""
+    needs = {
+        need for name in getattr(item, "fixturenames", ()) for need in FIXTURE_NEEDS.get(name, ())
+    }
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and POSTGRES_PARAM in [
+        v for v in callspec.params.values() if isinstance(v, str)
+    ]:
+        needs.add("postgres")
+    if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        needs.add("slow")
+    if getattr(item, "originalname", item.name) in KIT_TESTS_STARTING_SPARK:
+        needs.add("spark")
+    return needs
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test by what it needs (:func:`added_markers`)."""
+    for item in items:
+        present = {m.name for m in item.iter_markers()}
+        for need in sorted(added_markers(item) - present):
+            item.add_marker(need)
+
+
+#: What undoes the fast lane's guard at the end of the session.
+_FAST_LANE_UNDO: list[Callable[[], None]] = []
+
+
+def _fake_spark_home(root: Path) -> Path:
+    """pyspark's Spark home (its jars, its Python) whose ``bin/`` and ``sbin/`` scripts
+    refuse to start: pyspark's sessions, the ``.venv/bin/spark-submit`` of ingest jobs,
+    Spark Connect servers and standalone clusters all start Spark through them, in this
+    process or in a subprocess (which inherits ``SPARK_HOME``)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    assert spec is not None and spec.submodule_search_locations
+    real = Path(next(iter(spec.submodule_search_locations)))
+    script = (
+        "#!/bin/sh\n"
+        'echo "fast lane: this test started Spark ($0 $*); mark it spark'
+        ' (tests/conftest.py FIXTURE_NEEDS or pytestmark)" >&2\n'
+        "exit 97\n"
+    )
+    for entry in real.iterdir():
+        if entry.name in ("bin", "sbin"):
+            (root / entry.name).mkdir(parents=True, exist_ok=True)
+            for tool in entry.iterdir():
+                fake = root / entry.name / tool.name
+                fake.write_text(script)
+                fake.chmod(0o755)
+        else:
+            (root / entry.name).symlink_to(entry)
+    return root
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # py4j logs at INFO while the interpreter shuts down, after pytest closed its streams.
     logging.getLogger("py4j").setLevel(logging.WARNING)
     # Keep Airflow settings of the developer's machine out of the tests.
     os.environ.pop("AIRFLOW__CONNECTORS__STATE_STORE_URL", None)
     os.environ.pop("AIRFLOW__CONNECTORS__WAREHOUSE", None)
+    if FAST_LANE:
+        _no_spark_in_the_fast_lane()
+
+
+def _no_spark_in_the_fast_lane() -> None:
+    """In the fast lane a test (or a fixture) that creates a SparkSession fails naming
+    the marker it needs; a Spark started in a subprocess (an ingest job, the CLI's run)
+    fails through the fake ``SPARK_HOME`` the subprocess inherits."""
+    import tempfile
+
+    import pyspark.sql
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        pytest.fail(
+            "a test of the fast lane (AIRFLOW_CONNECTORS_TEST_LANE=fast) creates a "
+            "SparkSession: mark it `spark` (tests/conftest.py FIXTURE_NEEDS or pytestmark)",
+            pytrace=False,
+        )
+
+    home = Path(tempfile.mkdtemp(prefix="ac-fast-lane-spark-"))
+    _FAST_LANE_UNDO.append(lambda: shutil.rmtree(home, ignore_errors=True))
+    patch = pytest.MonkeyPatch()
+    _FAST_LANE_UNDO.append(patch.undo)
+    patch.setenv("SPARK_HOME", str(_fake_spark_home(home)))
+    patch.setattr(pyspark.sql.SparkSession.Builder, "getOrCreate", refuse)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _FAST_LANE_UNDO:
+        _FAST_LANE_UNDO.pop()()
 
 
 @pytest.fixture(autouse=True)

@@ -75,6 +75,7 @@ def test_validate_sql_file_uses_stem_as_pipeline_name(tmp_path: Path) -> None:
     assert out.stdout.splitlines()[1].startswith("numbers.numbers.gen: datagen")
 
 
+@pytest.mark.spark  # the CLI's run starts local Spark
 def test_run_quickstart_then_stats(tmp_path: Path) -> None:
     out = cli("run", str(QUICKSTART), "--show", "2", home=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -99,6 +100,7 @@ def test_run_quickstart_then_stats(tmp_path: Path) -> None:
     assert doc["paused"] is False and doc["fatal_error"] is None and doc["parse_errors"] == []
 
 
+@pytest.mark.slow
 def test_stats_of_unknown_connector_says_what_to_do(tmp_path: Path) -> None:
     out = cli("stats", "nope", "t", "c", home=tmp_path)
     assert out.returncode == 1
@@ -106,6 +108,7 @@ def test_stats_of_unknown_connector_says_what_to_do(tmp_path: Path) -> None:
     assert "known connectors: (none). Check the names, or run the pipeline first." in out.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("connector", "message"),
     [
@@ -119,6 +122,7 @@ def test_run_unknown_connector_fails_clearly(tmp_path: Path, connector: str, mes
     assert out.stderr.startswith(f"run failed: {message}"), out.stderr
 
 
+@pytest.mark.slow
 def test_pipeline_pause_resume_status(tmp_path: Path) -> None:
     paused = cli("pipeline", "shop", "pause", home=tmp_path)
     assert paused.returncode == 0, paused.stderr
@@ -131,6 +135,7 @@ def test_pipeline_pause_resume_status(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "invalid choice: 'stop'" in bad.stderr
 
 
+@pytest.mark.slow
 def test_connector_commands_on_the_embedded_store(tmp_path: Path) -> None:
     from helpers import pipeline
 
@@ -206,6 +211,7 @@ def test_connector_without_a_target_refuses(tmp_path: Path) -> None:
     assert not (tmp_path / "connectors").exists()  # no state store was created
 
 
+@pytest.mark.slow
 def test_run_skips_a_connector_another_run_is_planning(tmp_path: Path) -> None:
     from airflow_connectors.state.store import ConnectorRef, StateStore
 
@@ -236,6 +242,7 @@ def test_run_skips_a_connector_another_run_is_planning(tmp_path: Path) -> None:
     assert "t.c: busy, +0 records" in out.stdout
 
 
+@pytest.mark.slow
 def test_validate_a_start_after_chain_of_1000_connectors(tmp_path: Path) -> None:
     spec = tmp_path / "chain.yaml"
     lines = ["pipeline: chain", "tables:", "  t:", "    columns: {a: INT}", "    connectors:"]
@@ -263,6 +270,7 @@ def test_validate_a_spec_that_is_not_utf8_in_one_line(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
@@ -301,6 +309,7 @@ def test_empty_state_store_url_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "connectors").exists()  # no fallback to the default store
 
 
+@pytest.mark.slow
 def test_a_run_right_after_files_are_written_says_they_wait_for_min_file_age(
     tmp_path: Path,
 ) -> None:

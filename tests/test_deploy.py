@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
+# docker-compose config, in subprocesses.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yaml"
 AIRFLOW_COMPONENTS = {

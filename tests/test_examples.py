@@ -6,6 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# examples/object_storage/run.py starts moto's S3 server and runs its batches on local Spark.
+pytestmark = [pytest.mark.spark, pytest.mark.s3]
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

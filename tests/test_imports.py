@@ -5,6 +5,7 @@ sits below the plugins: importing it imports no transport, format or sink."""
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ import pytest
         "airflow_connectors.spec, airflow_connectors.state, airflow_connectors.transports, "
         "airflow_connectors.formats, airflow_connectors.sinks, airflow_connectors.engine.discovery",
         "airflow_connectors.cli",
+        "airflow_connectors.sdk",
     ],
 )
 def test_import_does_not_load_pyspark(modules: str) -> None:
@@ -111,6 +113,9 @@ LAYERS: dict[str, int] = {
     # Test support (servers, clusters, conformance kits): may import anything; nothing
     # of the package imports it.
     "airflow_connectors.testing": 6,
+    # The plugin authors' import surface: re-exports the plugin contracts and, on first
+    # use, the conformance kits; nothing of the package imports it.
+    "airflow_connectors.sdk": 6,
 }
 TEST_SUPPORT = "airflow_connectors.testing"
 
@@ -165,6 +170,7 @@ def layer_of(module: str) -> int:
     return LAYERS[module]
 
 
+@functools.cache  # the package parsed once for the tests below
 def import_graph() -> dict[str, dict[str, int]]:
     modules = package_modules()
     return {name: imported_modules(name, path, modules) for name, path in modules.items()}

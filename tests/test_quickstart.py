@@ -19,7 +19,8 @@ import pytest
 
 from airflow_connectors.testing.standalone import port_free, processes_of
 
-pytestmark = pytest.mark.side
+# scripts/quickstart.sh: bootstrap, a real Airflow scheduler and local Spark.
+pytestmark = [pytest.mark.side, pytest.mark.spark, pytest.mark.airflow]
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = (

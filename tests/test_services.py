@@ -8,6 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 OVERRIDES = (
     "AIRFLOW_CONNECTORS_TEST_PG",
@@ -28,6 +30,9 @@ def services(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.nats
 def test_status_reports_each_service_up_and_a_second_up_changes_nothing() -> None:
     status = services("status")
     assert status.returncode == 0, status.stdout + status.stderr
@@ -41,6 +46,7 @@ def test_status_reports_each_service_up_and_a_second_up_changes_nothing() -> Non
         assert "installed" not in line and "started on" not in line, line
 
 
+@pytest.mark.nats
 def test_status_fails_naming_a_service_that_is_down() -> None:
     down = services("status", "redis", "nats", AIRFLOW_CONNECTORS_TEST_REDIS="127.0.0.1:1")
     assert down.returncode == 1

@@ -17,7 +17,8 @@ import pytest
 
 from airflow_connectors.testing.sink_kit import SparkConnectCrashes, SparkConnectServerKill
 
-# In the main lane (no marker): the side lane (cluster, then sources) is the longer one.
+# In the main lane (no lane marker): the side lane (cluster, then sources) is the longer one.
+pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ from airflow_connectors.testing.sink_kit import (
     records,
 )
 
-pytestmark = pytest.mark.sources
+pytestmark = [pytest.mark.sources, pytest.mark.spark]
 
 PASSWORD = f"pw-{uuid.uuid4().hex}"
 API_KEY = f"key-{uuid.uuid4().hex}"

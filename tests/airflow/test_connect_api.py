@@ -18,6 +18,7 @@ import yaml
 from conftest import EndToEnd
 from helpers import headless_chromium
 
+from airflow_connectors import __version__
 from airflow_connectors.testing.standalone import StandaloneAirflow
 
 COLUMNS = {"id": "BIGINT NOT NULL"}
@@ -552,16 +553,16 @@ def test_failed_task_shows_trace_and_restarts_alone(api: Api) -> None:
 
 def test_connector_plugins_describe_and_validate_configs(api: Api) -> None:
     plugins = api("GET", "/connector-plugins").json()
-    assert {"class": "file_input", "type": "source", "version": "0.1.0"} in plugins
+    assert {"class": "file_input", "type": "source", "version": __version__} in plugins
     # Kafka Connect lists connectors only, unless connectorsOnly=false: formats are
     # converters.
     assert {p["type"] for p in plugins} == {"source", "sink"}
     everything = api("GET", "/connector-plugins", params={"connectorsOnly": "false"}).json()
-    assert {"class": "json", "type": "converter", "version": "0.1.0"} in everything
-    assert {"class": "parquet", "type": "sink", "version": "0.1.0"} in plugins
+    assert {"class": "json", "type": "converter", "version": __version__} in everything
+    assert {"class": "parquet", "type": "sink", "version": __version__} in plugins
     for source in ("postgres_input", "nats_input", "delta_table_input", "iceberg_input"):
-        assert {"class": source, "type": "source", "version": "0.1.0"} in plugins
-    assert {"class": "postgres", "type": "sink", "version": "0.1.0"} in plugins
+        assert {"class": source, "type": "source", "version": __version__} in plugins
+    assert {"class": "postgres", "type": "sink", "version": __version__} in plugins
     pg = {d["name"]: d for d in api("GET", "/connector-plugins/postgres_input/config").json()}
     assert {"uri", "postgres_conn_id", "query", "mode", "cursor_column"} <= set(pg)
     definition = {d["name"]: d for d in api("GET", "/connector-plugins/file_input/config").json()}
@@ -819,6 +820,7 @@ def chrome() -> Any:
     return headless_chromium(1400, 900)
 
 
+@pytest.mark.browser
 def test_connectors_page_in_a_browser(api: Api) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec

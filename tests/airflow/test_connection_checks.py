@@ -24,7 +24,7 @@ from airflow_connectors.airflow.connections import check_connections
 from airflow_connectors.testing.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 from airflow_connectors.testing.standalone import free_port
 
-pytestmark = pytest.mark.depth
+pytestmark = pytest.mark.airflow_server
 
 API_KEY = "k-SECRET-api-key-0001"
 PASSWORD = "pw-SECRET-0001"

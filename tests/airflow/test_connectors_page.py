@@ -26,7 +26,7 @@ from helpers import headless_chromium
 
 from airflow_connectors.state.store import ConnectorRef, SchemaColumn, StateStore
 
-pytestmark = pytest.mark.depth
+pytestmark = pytest.mark.airflow_server
 
 ARTIFACTS = (
     Path(

@@ -17,6 +17,9 @@ import pytest
 import yaml
 from conftest import DAGS, dag_file, task_states, write_pipeline
 
+# Also the tests that parse the DAG file with DagBag in a subprocess.
+pytestmark = pytest.mark.airflow
+
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR"}
 
 

@@ -26,7 +26,7 @@ from airflow_connectors.airflow.freshness import (
 )
 from airflow_connectors.spec.errors import SpecValidationError
 
-pytestmark = pytest.mark.depth
+pytestmark = pytest.mark.airflow_server
 
 COLUMNS = {"id": "BIGINT NOT NULL"}
 #: A cron tick that does not come during the test: runs start only when triggered.

@@ -22,7 +22,7 @@ from airflow_connectors.connections.http import http_connection_of
 from airflow_connectors.transports import Cursor, Limits
 from airflow_connectors.transports.url_input import UrlInputConfig, UrlInputTransport
 
-pytestmark = pytest.mark.depth
+pytestmark = pytest.mark.airflow_server
 
 CONN_ID = "guarded_http_test"
 VAR = f"AIRFLOW_CONN_{CONN_ID.upper()}"

@@ -42,6 +42,8 @@ import pytest
 import yaml
 from conftest import EndToEnd
 
+from airflow_connectors import __version__
+
 PIPELINE = "kcc"
 NAME = "kcc.events.files"
 #: Kafka's ConfigKeyInfo (GET /connector-plugins/{p}/config, validate's "definition") as
@@ -348,9 +350,9 @@ def test_kafka_connect_api_cluster_connector_and_tasks(kcc: Kcc) -> None:
     api = Api(url=kcc.base, username="admin", password=kcc.af.password)
     cluster = Cluster(api)
     assert cluster.get()["kafka_cluster_id"] == "airflow"
-    assert cluster.version == "0.1.0"
+    assert cluster.version == __version__
     assert cluster.kafka_cluster == "airflow"
-    assert repr(cluster) == f"{kcc.base} - 0.1.0 - airflow"
+    assert repr(cluster) == f"{kcc.base} - {__version__} - airflow"
 
     connectors = cluster.connectors
     assert isinstance(connectors[NAME], Connector)
@@ -544,7 +546,7 @@ def test_kafkaconnect_cli(kcc: Kcc, tmp_path: Path) -> None:
     assert all(isinstance(v, str) for v in tasks[0]["config"].values()), tasks
     assert answer("topics", NAME) == {NAME: {"topics": ["events"]}}
     plugins = answer("plugins")
-    assert {"class": "file_input", "type": "source", "version": "0.1.0"} in plugins
+    assert {"class": "file_input", "type": "source", "version": __version__} in plugins
     assert {p["type"] for p in plugins} <= {"source", "sink"}, plugins
 
     assert kafkaconnect("pause", NAME) == ""  # 202, no body
@@ -748,7 +750,7 @@ def test_raw_calls_offsets_topics_plugins(kcc: Kcc) -> None:
     plugins = api.get("/connector-plugins")
     assert {p["type"] for p in plugins} <= {"source", "sink"}, plugins
     everything = api.get("/connector-plugins?connectorsOnly=false")
-    assert {"class": "json", "type": "converter", "version": "0.1.0"} in everything
+    assert {"class": "json", "type": "converter", "version": __version__} in everything
     assert all(p in everything for p in plugins)
     definitions = api.get("/connector-plugins/file_input/config")
     for definition in definitions:

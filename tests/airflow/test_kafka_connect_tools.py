@@ -16,6 +16,8 @@ import pytest
 import yaml
 from conftest import EndToEnd
 
+from airflow_connectors import __version__
+
 NAME = "kc.events.files"
 
 
@@ -59,7 +61,7 @@ def test_basic_auth_is_checked_by_airflow(kc_airflow: Any) -> None:
     info = httpx.get(base(af) + "/", auth=("admin", af.password), timeout=30)
     assert info.status_code == 200, info.text
     assert set(info.json()) == {"version", "commit", "kafka_cluster_id"}
-    assert info.json()["version"] == "0.1.0"
+    assert info.json()["version"] == __version__
 
     wrong = httpx.get(base(af) + "/connectors", auth=("admin", "wrong"), timeout=30)
     assert wrong.status_code == 401
@@ -106,7 +108,7 @@ def test_kafka_connect_py_client(kc_airflow: Any) -> None:
     assert kc.get_connector_task_status(NAME, 0)["state"] == "RUNNING"
 
     plugins = kc.list_connector_plugins()
-    assert {"class": "file_input", "type": "source", "version": "0.1.0"} in plugins
+    assert {"class": "file_input", "type": "source", "version": __version__} in plugins
     checked = kc.validate_connector_config("file_input", {"follow": "maybe"})
     assert checked["name"] == "file_input" and checked["error_count"] == 2  # path, follow
 
@@ -131,7 +133,7 @@ def test_kc_cli(kc_airflow: Any, tmp_path: Path) -> None:
         except ValueError:
             pytest.fail(f"kc {' '.join(args)}: {done.stdout}{done.stderr}")
 
-    assert kc("info")["version"] == "0.1.0"
+    assert kc("info")["version"] == __version__
     assert NAME in kc("list")
     assert kc("list", "--expand", "status")[NAME]["status"]["connector"]["state"] == "RUNNING"
     assert kc("list", "--expand", "info", "--pattern", "kc")[NAME]["info"]["type"] == "source"
@@ -146,7 +148,7 @@ def test_kc_cli(kc_airflow: Any, tmp_path: Path) -> None:
     assert restarted["connector"]["state"] == "RUNNING"
     assert kc("list-tasks", NAME)[0]["id"] == {"connector": NAME, "task": 0}
     assert kc("task-status", NAME, "0")["state"] == "RUNNING"
-    assert {"class": "s3_input", "type": "source", "version": "0.1.0"} in kc("list-plugins")
+    assert {"class": "s3_input", "type": "source", "version": __version__} in kc("list-plugins")
     config = tmp_path / "file_input.json"
     config.write_text(json.dumps({"path": "/data", "follow": True}))
     checked = kc("validate-config", "file_input", "--config-file", str(config))

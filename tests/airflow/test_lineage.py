@@ -32,7 +32,7 @@ from airflow_connectors.spec.models import ConnectorSpec, TableSpec
 from airflow_connectors.state.store import StateStore
 from airflow_connectors.testing.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 
-pytestmark = pytest.mark.depth
+pytestmark = pytest.mark.airflow_server
 
 PG_PASSWORD = "pg-Lineage-pw-77"
 

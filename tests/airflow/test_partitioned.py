@@ -32,7 +32,7 @@ from airflow_connectors.airflow.triggers.new_data import (
 )
 from airflow_connectors.catalog import parse_pipeline
 
-pytestmark = pytest.mark.depth
+pytestmark = pytest.mark.airflow_server
 
 DAYS = ["2026-10-01", "2026-10-02", "2026-10-03"]
 KEYS = [f"{day}T00:00:00" for day in DAYS]

@@ -8,6 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from airflow_connectors import __version__
+
+# DagBag and the airflow CLI, in subprocesses.
+pytestmark = pytest.mark.airflow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -48,7 +55,7 @@ def test_provider_is_registered_with_airflow() -> None:
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout) == [{"Provider": "airflow-connectors", "Version": "0.1.0"}]
+    assert json.loads(proc.stdout) == [{"Provider": "airflow-connectors", "Version": __version__}]
     config = subprocess.run(
         [sys.executable, "-m", "airflow", "config", "get-value", "connectors", "spark_master"],
         capture_output=True,

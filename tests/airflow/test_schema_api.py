@@ -13,7 +13,7 @@ from conftest import EndToEnd
 
 from airflow_connectors.spec.models import TableSpec
 
-pytestmark = pytest.mark.depth
+pytestmark = pytest.mark.airflow_server
 
 
 def test_table_schema_endpoint(e2e: EndToEnd) -> None:

@@ -221,6 +221,7 @@ def test_an_unreachable_server_fails_the_ingest_task_in_one_line(
     assert "grpc" not in text.lower()  # no client internals, no trace of them
 
 
+@pytest.mark.spark  # the CLI's run starts the module's Spark Connect server
 def test_the_cli_runs_spark_connect_connectors_on_the_configured_server(
     token_server: Any, tmp_path: Path
 ) -> None:

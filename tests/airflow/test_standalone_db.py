@@ -10,7 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from airflow_connectors.testing.standalone import StandaloneAirflow
+
+# Airflow's metadata DB (SQLite) and its engine, in a subprocess.
+pytestmark = pytest.mark.airflow
 
 WRITER = """
 import sqlalchemy as sa

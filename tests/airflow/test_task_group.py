@@ -18,7 +18,7 @@ from docs_examples import doc_block
 
 from airflow_connectors.state.store import ConnectorRef, StateStore
 
-pytestmark = pytest.mark.depth
+pytestmark = pytest.mark.airflow_server
 
 #: The docs' example (docs/concepts/own-dag.md).
 MARKER = "<!-- task-group-example -->"

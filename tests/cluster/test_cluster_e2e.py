@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from conftest import Deployment, lines
 
-pytestmark = pytest.mark.cluster
+pytestmark = pytest.mark.cluster  # and what `deployment` needs (tests/conftest.py)
 
 PIPELINE = "e2e"
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR"}

@@ -23,7 +23,7 @@ from conftest import CELERY_WORKERS, SPARK_WORKERS, Deployment, lines
 
 from airflow_connectors.testing.faultproxy import Fault, FaultProxy
 
-pytestmark = pytest.mark.cluster
+pytestmark = pytest.mark.cluster  # and what `deployment` needs (tests/conftest.py)
 
 T = TypeVar("T")
 

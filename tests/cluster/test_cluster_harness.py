@@ -17,7 +17,15 @@ import sqlalchemy as sa
 from airflow_connectors.testing.cluster import MARKER, PG_ADMIN, Cluster
 from airflow_connectors.testing.standalone import free_port, processes_with
 
-pytestmark = pytest.mark.cluster
+# scripts/cluster.sh brings up the whole deployment.
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.spark,
+    pytest.mark.airflow,
+    pytest.mark.postgres,
+    pytest.mark.s3,
+    pytest.mark.redis,
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 

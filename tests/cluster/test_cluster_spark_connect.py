@@ -41,7 +41,7 @@ from airflow_connectors.testing.sink_kit import (
 )
 from airflow_connectors.testing.spark_standalone import SparkStandalone
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 FILES = 4
 ROWS = 20_000  # per file: a task takes a moment, so both executors get tasks

@@ -226,7 +226,10 @@ def decode_kind(
     return rows, bad, unreadable
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.slow) if n.endswith("_huge_line") else n for n in NAMES],
+)
 def test_each_kind_through_its_format(name: str) -> None:
     [k] = [k for k in built() if k.name == name]
     rows, bad, unreadable = decode_kind(k)
@@ -271,6 +274,7 @@ def test_bom_is_consumed_and_binary_is_refused(fmt: str) -> None:
         )
 
 
+@pytest.mark.slow
 def test_a_long_quoted_line_across_blocks_is_one_record() -> None:
     """A quoted value longer than MAX_QUOTED_BYTES on one line, beginning in one block
     and ending in the next, is one record (it was cut where the block ended)."""

@@ -250,6 +250,7 @@ def test_concurrent_run_of_a_batch_leaves_no_failure(
     store.close()
 
 
+@pytest.mark.spark  # two ingest jobs (spark-submit)
 @pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
 def test_two_job_processes_of_one_batch_started_at_once(store_url: str, tmp_path: Path) -> None:
     """An Airflow retry beside a zombie task: two real ingest jobs of one batch started

@@ -369,6 +369,7 @@ def staged_inodes(case: Case) -> dict[str, dict[str, int]]:
     }
 
 
+@pytest.mark.spark  # ingest jobs (spark-submit)
 def test_two_attempts_race_to_commit(
     new_store: Callable[[Path], str], source: Source, tmp_path: Path
 ) -> None:
@@ -411,6 +412,7 @@ def test_two_attempts_race_to_commit(
     assert_exact(case, source)
 
 
+@pytest.mark.spark  # ingest jobs (spark-submit)
 def test_retry_publishing_beside_the_committing_attempt(
     new_store: Callable[[Path], str], source: Source, tmp_path: Path
 ) -> None:

@@ -145,6 +145,7 @@ class _Body(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.spark  # the CLI's run starts local Spark
 def test_tolerance_none_fails_each_bad_connector_alone(tmp_path: Path) -> None:
     home = tmp_path / "home"
     port = closed_port()
@@ -211,6 +212,7 @@ def test_tolerance_none_fails_each_bad_connector_alone(tmp_path: Path) -> None:
         assert doc["metrics"]["end_of_input"] is True
 
 
+@pytest.mark.spark  # the CLI's run starts local Spark
 def test_tolerance_all_skips_unreadable_objects_as_transport_errors(tmp_path: Path) -> None:
     home = tmp_path / "home"
     url = f"http://127.0.0.1:{closed_port()}/rows.json"

@@ -62,6 +62,7 @@ def test_appendable_is_the_built_formats_line_oriented(
     assert discovery._appendable(ctx) is bool(built.line_oriented)
 
 
+@pytest.mark.slow
 def test_appendable_asks_no_pyarrow_of_the_json_format() -> None:
     code = textwrap.dedent(
         """

@@ -38,6 +38,7 @@ def test_zip_holds_the_modules_and_is_reused(tmp_path: Path) -> None:
     assert package_zip(tmp_path) == path and path.stat().st_mtime_ns == mtime  # not rebuilt
 
 
+@pytest.mark.slow
 def test_a_python_without_the_repository_imports_the_engine_from_the_zip(
     tmp_path: Path,
 ) -> None:

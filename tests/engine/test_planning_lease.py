@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from helpers import read_table
 
 from airflow_connectors.cli import EXIT_BUSY
@@ -156,6 +157,7 @@ def start_holder(
 # --- the lease itself ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_held_lease_outlives_its_ttl_and_a_killed_holders_lapses(store_url: str) -> None:
     """An owner that is no process of this host (an Airflow run id): the heartbeat keeps
     its lease past the ttl while it lives; after SIGKILL it is free once the ttl passed,
@@ -181,6 +183,7 @@ def test_a_held_lease_outlives_its_ttl_and_a_killed_holders_lapses(store_url: st
     store.close()
 
 
+@pytest.mark.slow
 def test_a_killed_holder_of_this_host_frees_its_lease_at_once(store_url: str) -> None:
     """Owner ``<this host>:<pid>``: held while the process lives (the default ttl), free
     as soon as it is dead, even before its parent reaped it (a zombie)."""
@@ -226,6 +229,7 @@ def test_a_lease_lasts_the_short_ttl_without_renewal(store_url: str) -> None:
 # --- the CLI: a run killed while planning, then the next run ---------------------------
 
 
+@pytest.mark.spark  # the CLI's run starts local Spark
 def test_a_run_killed_while_planning_does_not_block_the_next_run(
     store_url: str, tmp_path: Path
 ) -> None:
@@ -290,6 +294,7 @@ def test_a_run_killed_while_planning_does_not_block_the_next_run(
         store.close()
 
 
+@pytest.mark.slow
 def test_a_run_that_skips_a_busy_connector_exits_non_zero(store_url: str, tmp_path: Path) -> None:
     """Another live run holds the lease: the one-shot run skips the connector, ingests
     nothing, says so in one line naming the connector and what to do, exits 75."""

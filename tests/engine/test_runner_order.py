@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers import pipeline
 
 from airflow_connectors.engine.runner import EmbeddedRunner, start_order
@@ -54,6 +55,7 @@ def test_start_order_puts_carriers_first_and_keeps_spec_order_otherwise() -> Non
     assert [f"{t.name}.{c.name}" for t, c in order] == ["t.free", "t.first", "t.late", "u.other"]
 
 
+@pytest.mark.slow
 def test_a_start_after_chain_of_1000_finishes_in_one_run(tmp_path: Path) -> None:
     spec = pipeline(_reversed_chain(1000))
     url = f"sqlite:///{tmp_path / 'state.db'}"

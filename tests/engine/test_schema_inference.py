@@ -419,6 +419,7 @@ def test_ingest_of_a_table_without_columns(sqlite_url: str, tmp_path: Path, spar
     ]
 
 
+@pytest.mark.slow
 def test_cli_shows_columns_and_versions(sqlite_url: str, tmp_path: Path) -> None:
     import os
     import subprocess
@@ -579,6 +580,7 @@ def test_spec_rules_of_tables_without_columns() -> None:
     )
 
 
+@pytest.mark.spark  # the CLI's run starts local Spark
 def test_cli_run_of_a_table_without_columns(tmp_path: Path) -> None:
     """``airflow-connectors run`` infers, ingests and prints the table with the inferred
     columns; ``schema`` then shows version 1."""

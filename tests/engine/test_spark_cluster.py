@@ -38,7 +38,7 @@ from airflow_connectors.settings import Settings
 from airflow_connectors.state.store import BatchStatus, ConnectorRef, StateStore
 from airflow_connectors.testing.spark_standalone import SparkStandalone
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 FILES = 8
 ROWS = 20_000  # per file: a task takes a moment, so both executors get tasks

@@ -235,6 +235,7 @@ def other_class_path_archive(java: Path, spark: Path, target: Path) -> None:
     assert target.read_bytes()[:4] == jvm.DYNAMIC_MAGIC
 
 
+@pytest.mark.spark
 def test_spark_submit_records_maps_and_survives_a_rejected_archive(
     cds_dir: Path, tmp_path: Path
 ) -> None:

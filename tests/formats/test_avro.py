@@ -113,6 +113,7 @@ def test_container_records_land_with_logical_types(chunk: int, codec: str) -> No
     assert out[-1].consumed == len(data)
 
 
+@pytest.mark.slow
 def test_blocks_are_read_as_bytes_arrive() -> None:
     """The first rows are decoded before the last chunk is read: the object is not
     loaded whole."""

@@ -232,6 +232,7 @@ def _peak(f: JsonFormat, n: int) -> tuple[int, int]:
     return peak, consumed
 
 
+@pytest.mark.slow
 def test_a_large_array_is_decoded_with_bounded_memory() -> None:
     f = fmt()
     list(f.decode(_large_array(10), final=True, first_record=1, at_start=True))  # imports

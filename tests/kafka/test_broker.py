@@ -16,7 +16,7 @@ from confluent_kafka.admin import NewTopic
 
 from airflow_connectors.testing.kafka import KafkaBroker
 
-pytestmark = pytest.mark.sources
+pytestmark = [pytest.mark.sources, pytest.mark.kafka]
 
 TIMEOUT = 30.0
 

@@ -157,6 +157,7 @@ def test_json_files_land_in_a_delta_table_readable_by_deltalake_and_duckdb(
     assert_same_rows(dt.to_pyarrow_table(), pa.concat_tables([expected, more]))
 
 
+@pytest.mark.spark  # the CLI's run starts local Spark
 def test_airflow_connectors_run_summarizes_the_delta_table(tmp_path: Path) -> None:
     """``airflow-connectors run`` as users run it: the table summary reads the Delta
     table through its log (its files sit in batch folders, not directly in it)."""
@@ -199,6 +200,7 @@ print(sink.read("rows").num_rows)
 """
 
 
+@pytest.mark.slow
 def test_reading_the_table_never_aborts_the_process_at_exit(tmp_path: Path) -> None:
     """The sink's read (what ``airflow-connectors run`` prints) in short-lived processes:
     deltalake's own to_pyarrow_table left about every other process to abort at exit

@@ -253,6 +253,7 @@ def test_new_columns_are_merged_into_a_keyed_table(wh: str) -> None:
     assert DeltaTable(wide.location()).transaction_version(wide.app_id) == 2
 
 
+@pytest.mark.slow
 def test_expired_tombstones_are_dropped(wh: str) -> None:
     """A tombstone outlives its ``tombstone_retention`` only until the next publish."""
     sink = sink_of(table_doc(wh, tombstone_retention="PT1S"), wh)
@@ -270,6 +271,7 @@ def test_expired_tombstones_are_dropped(wh: str) -> None:
     assert table_rows(sink) == truth([up(2, "b"), up(3, "c")])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shuffled", [True, False], ids=["shuffled", "in-order"])
 def test_random_changes_end_as_the_true_order(shuffled: bool, wh: str) -> None:
     """A workload with a sequence: upserts and deletes (repeated keys within and across
@@ -348,6 +350,7 @@ def publish_killed_at(point: str, doc: dict[str, Any], wh: str, batch: int, tmp:
         child.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["delta_keys_committed", "delta_committed"])
 def test_a_publish_killed_at_a_fail_point_is_finished_by_a_rerun(
     point: str, wh: str, tmp_path: Path
@@ -376,6 +379,7 @@ def test_a_publish_killed_at_a_fail_point_is_finished_by_a_rerun(
     assert batch_folders(sink) == []
 
 
+@pytest.mark.slow
 def test_a_truncate_killed_between_its_commits_is_finished_by_a_rerun(
     wh: str, tmp_path: Path
 ) -> None:

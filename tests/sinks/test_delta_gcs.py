@@ -29,6 +29,9 @@ from airflow_connectors.sinks.delta import storage_options
 from airflow_connectors.testing.gcs import GcsServer
 from airflow_connectors.testing.sink_kit import OtherStorage, SinkCase
 
+# The side lane runs it, beside the Azure Blob source (the suite's lanes balance so).
+pytestmark = pytest.mark.sources
+
 
 class TestDeltaSinkOnGcs(OtherStorage, _DeltaChecks):
     """Each batch is one Delta commit on Cloud Storage, recorded as the connector's app

@@ -85,6 +85,7 @@ def test_a_delete_that_failed_with_blobs_left_is_tried_again(tmp_path: Path) -> 
     assert handler.calls == 3
 
 
+@pytest.mark.slow
 def test_a_folder_that_cannot_be_removed_is_still_an_error(tmp_path: Path) -> None:
     folder = _staging(tmp_path)
     fs, handler = _raced(lost=99, keep_one=True)

@@ -181,6 +181,7 @@ def test_engine_run_lands_batches_as_marked_snapshots(
     assert len(load(store_url).metadata.snapshots) == 2
 
 
+@pytest.mark.spark  # the CLI's run starts local Spark
 def test_airflow_connectors_run_summarizes_the_iceberg_table(tmp_path: Path) -> None:
     """``airflow-connectors run --state-store-url`` as users run it: the summary reads
     the Iceberg table (and its dead letters) through the catalog in that store."""

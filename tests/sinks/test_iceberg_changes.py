@@ -166,6 +166,7 @@ def truncate() -> Change:
     return {"id": None, "name": None, "amount": None, "__op": TRUNCATE}
 
 
+@pytest.mark.slow
 def test_inserts_updates_deletes_and_repeated_keys_land_once(tmp_path: Path) -> None:
     """Three batches with repeated keys (across the two parts of a batch too), partial
     updates onto this batch's and earlier batches' rows and of a missing key, deletes;
@@ -235,6 +236,7 @@ def test_sequence_by_orders_changes_across_batches(tmp_path: Path) -> None:
     assert lake.rows() == truth(batches, table)
 
 
+@pytest.mark.slow
 def test_truncate_removes_what_came_before_it(tmp_path: Path) -> None:
     """A truncate in batch 3 (published after batch 4): rows of batches 1-2 and those
     before it in batch 3 go; rows after it in batch 3 and of batch 4 stay; a later
@@ -255,6 +257,7 @@ def test_truncate_removes_what_came_before_it(tmp_path: Path) -> None:
     assert lake.rows() == truth(batches)
 
 
+@pytest.mark.slow
 def test_composite_key_deletes_only_its_own_rows(tmp_path: Path) -> None:
     """Key (a, b): deleting (1, 2) and updating (2, 1) leaves (1, 1), (2, 2) as they
     were (the filter by each column's values matches more rows than the keys)."""
@@ -301,6 +304,7 @@ def key_filters(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setattr(iceberg, "IN_LIMIT", 2)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("key_filters")
 def test_random_changes_published_in_order_twice(tmp_path: Path) -> None:
     lake = Lake(tmp_path, spec())
@@ -311,6 +315,7 @@ def test_random_changes_published_in_order_twice(tmp_path: Path) -> None:
     assert lake.rows() == truth(batches)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("key_filters")
 def test_random_whole_row_changes_published_in_any_order(tmp_path: Path) -> None:
     """Upserts, deletes and truncates (whose outcome does not depend on the order
@@ -357,6 +362,7 @@ def kill_at(tmp_path: Path, point: str) -> None:
         proc.wait()
 
 
+@pytest.mark.slow
 def test_killed_between_the_key_state_and_the_table_then_republished(tmp_path: Path) -> None:
     """SIGKILL at ``iceberg_keys_committed`` (the key state committed, the table not):
     the table is as before the batch; publishing again lands the batch exactly (its
@@ -517,6 +523,7 @@ def versions(lake: Lake) -> set[tuple[Any, ...]]:
     return set(rows)
 
 
+@pytest.mark.slow
 def test_scd_type_2_keeps_a_version_per_key_and_batch(tmp_path: Path) -> None:
     """Random upserts, deletes, partial updates and truncates in batches published in
     order, each twice: the table is every version of each key, as computed here."""

@@ -166,6 +166,7 @@ class _RacingSession:
             raise RuntimeError(answer.format(name=os.path.basename(path)))
 
 
+@pytest.mark.slow
 def test_the_package_is_added_again_when_another_process_adds_it_at_once() -> None:
     # Issue 26's shared sessions: two ingest tasks attach to one server session and add
     # the same zip; the one whose move met the other's saw INTERNAL naming the zip, and

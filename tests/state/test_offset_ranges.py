@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 from helpers import pipeline
 
 from airflow_connectors.state import ranges
@@ -121,6 +122,7 @@ def test_clip_cuts_items_around_committed_ranges() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_the_watermark_never_passes_a_key_with_a_gap(store_url: str) -> None:
     store = StateStore(store_url)
     a, b, c = store.plan_batches(

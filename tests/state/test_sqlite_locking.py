@@ -21,6 +21,7 @@ StateStore(sys.argv[1]).close()
 """
 
 
+@pytest.mark.slow
 def test_twelve_processes_opening_one_fresh_file_all_succeed(tmp_path: Path) -> None:
     for attempt in range(3):
         url = f"sqlite:///{tmp_path / f'fresh{attempt}.db'}"
@@ -34,6 +35,7 @@ def test_twelve_processes_opening_one_fresh_file_all_succeed(tmp_path: Path) -> 
     assert mode[0] == "wal"
 
 
+@pytest.mark.slow
 def test_a_store_held_longer_than_the_wait_says_it_is_locked(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     StateStore(f"sqlite:///{path}").close()

@@ -77,6 +77,7 @@ def cycle(c: Connector) -> list[int]:
     return found.batch_ids
 
 
+@pytest.mark.slow
 def test_offsets_stay_bounded_over_2000_files_in_20_batches(connect: Any, tmp_path: Path) -> None:
     folder = tmp_path / "drop"
     c = connect(folder, relist_margin_s=0)
@@ -187,6 +188,7 @@ def test_followed_files_never_collapse(connect: Any, tmp_path: Path) -> None:
     assert ids(c) == list(range(51))
 
 
+@pytest.mark.slow
 def test_a_slice_that_sorts_below_the_watermark_stops_discovery_instead_of_losing_it(
     connect: Any, tmp_path: Path
 ) -> None:

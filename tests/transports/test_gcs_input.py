@@ -31,6 +31,10 @@ from airflow_connectors.transports import Cursor, KeyOffset, Limits, WorkItem
 from airflow_connectors.transports.gcs_input import GcsInputConfig, GcsInputTransport
 from airflow_connectors.transports.retry import RetryPolicy
 
+# The side lane runs it, beside the Azure Blob source (the suite's lanes balance so).
+pytestmark = pytest.mark.sources
+
+
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE"}
 JSON = {"name": "json", "config": {"update_format": "raw"}}
 

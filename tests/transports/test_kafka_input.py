@@ -29,7 +29,7 @@ from airflow_connectors.testing.conformance import (
     assert_same_records,
 )
 
-pytestmark = pytest.mark.sources
+pytestmark = [pytest.mark.sources, pytest.mark.kafka]
 
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE"}
 JSON = {"name": "json", "config": {"update_format": "raw"}}

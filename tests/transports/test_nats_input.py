@@ -26,7 +26,7 @@ from airflow_connectors.testing.conformance import (
 from airflow_connectors.transports import Cursor
 from airflow_connectors.transports.nats_input import NatsInputTransport
 
-pytestmark = pytest.mark.sources
+pytestmark = [pytest.mark.sources, pytest.mark.nats]
 
 #: scripts/services.sh starts it; AIRFLOW_CONNECTORS_TEST_NATS names a server of your own.
 SERVER = os.environ.get("AIRFLOW_CONNECTORS_TEST_NATS", "nats://127.0.0.1:4222")

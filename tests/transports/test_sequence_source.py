@@ -118,6 +118,7 @@ class TestSqliteLog(TransportConformance):
         return m.source(batch=20)
 
 
+@pytest.mark.slow
 def test_state_is_one_row_per_partition_however_many_ranges_commit(
     installed: str, tmp_path: Path
 ) -> None:

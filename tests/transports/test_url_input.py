@@ -539,6 +539,7 @@ def test_body_changed_between_ranges_is_an_error(
 # --- what discovery plans ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_discovery_plans_ranges_for_line_formats_only(served: dict[str, Server]) -> None:
     src = served["ranged"].source
     t = transport(served["ranged"].url())
@@ -571,6 +572,7 @@ def test_discovery_plans_ranges_for_line_formats_only(served: dict[str, Server])
     assert b"".join(t.read(empty)) == b"" and src.gets()[-1]["range"] is None
 
 
+@pytest.mark.slow
 def test_server_without_head_gets_one_plain_get(http_server: Any) -> None:
     # conftest's server answers HEAD with 501: the length is unknown, the body is one batch.
     http_server.files["/plain.json"] = b'{"id": 1}\n'
