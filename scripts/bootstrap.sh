@@ -20,13 +20,17 @@ if ! command -v uv >/dev/null 2>&1 || [ "$(uv --version | cut -d' ' -f2)" != "$U
 fi
 UV="$PYTHON -m uv"
 
-# Up to date already (same lock, pyproject and repository path, and the package imports
-# from this checkout): change nothing. A sync removes the editable install for a moment
-# before putting it back, and Airflow or Spark processes started from this .venv in that
-# moment (a test suite, a running deployment) could not import airflow_connectors.
+# Up to date already (same lock, pyproject, package version and repository path, and the
+# package imports from this checkout): change nothing. A sync removes the editable install
+# for a moment before putting it back, and Airflow or Spark processes started from this
+# .venv in that moment (a test suite, a running deployment) could not import
+# airflow_connectors.
 STAMP=.venv/.bootstrap-stamp
 repo=$(pwd)
-want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1) $repo"
+# The version is __version__ in the package (pyproject.toml's dynamic version): the
+# editable install's metadata carries it, so a new version installs again.
+version=$(grep -m1 '^__version__' airflow_connectors/__init__.py)
+want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1) $repo $version"
 if [ -x .venv/bin/python ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ] \
     && (cd / && "$repo/.venv/bin/python" -c 'import sys, airflow_connectors as a; sys.exit(0 if a.__file__.startswith(sys.argv[1]) else 1)' "$repo/") 2>/dev/null; then
     echo "bootstrap: .venv up to date"

@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from airflow_connectors import __version__
 from airflow_connectors.airflow.api.connect import auth, feldera, kafka_connect, ui_data
 from airflow_connectors.airflow.api.connect.errors import (
     ApiError,
@@ -32,7 +33,7 @@ def create_app() -> FastAPI:
     app = FastAPI(
         title="airflow-connectors",
         description="Manage connectors: Kafka Connect and Feldera shapes.",
-        version="0.1.0",
+        version=__version__,
         dependencies=auth.dependencies(),
         # Any route may refuse a caller that is not logged in, or a malformed request.
         responses=error_responses(400, 401, 403),
