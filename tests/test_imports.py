@@ -176,6 +176,7 @@ def import_graph() -> dict[str, dict[str, int]]:
     return {name: imported_modules(name, path, modules) for name, path in modules.items()}
 
 
+@pytest.mark.slow  # about 0.5 s or more: outside the fast lane
 def test_no_two_modules_import_each_other() -> None:
     graph = import_graph()
     pairs = {

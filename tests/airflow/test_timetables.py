@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pendulum
+import pytest
 from conftest import CRON_WITNESS, EndToEnd, dag_file
 
 from airflow_connectors.airflow.timetables import ConnectorCronTimetable
@@ -56,6 +57,7 @@ def test_after_a_long_pause_the_next_run_is_a_future_tick() -> None:
     assert caught_up is not None and caught_up.run_after == long_ago.add(hours=1)
 
 
+@pytest.mark.airflow  # Airflow's DagBag and DAG serialization, in this process
 def test_scheduled_connector_dags_serialize_with_the_timetable(tmp_path: Path) -> None:
     from airflow.dag_processing.dagbag import DagBag
     from airflow.serialization.serialized_objects import DagSerialization

@@ -44,6 +44,7 @@ def clean() -> list[Kind]:
     return [k for k in built() if k.name in bad_input_corpus.CLEAN]
 
 
+@pytest.mark.slow  # about 0.5 s or more: outside the fast lane
 def test_the_corpus_is_what_the_issue_asks_for() -> None:
     assert len(bad()) >= 16
     for k in built():

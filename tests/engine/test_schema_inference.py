@@ -655,6 +655,7 @@ def test_origin_masks_passwords_of_sampled_urls() -> None:
     assert origin.endswith("/data/b.json")
 
 
+@pytest.mark.slow  # about 0.5 s or more: outside the fast lane
 def test_inferred_keyed_table_checks_its_key_columns(sqlite_url: str, tmp_path: Path) -> None:
     """An inferred table's key is checked once its columns are known: named columns the
     data has (NOT NULL from then on), never a floating-point one."""

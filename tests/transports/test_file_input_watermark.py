@@ -227,6 +227,7 @@ def test_check_scope_only_objects_to_a_watermark_after_the_whole_listing() -> No
         check_scope("c", "src", "in/2026-11-02/", "in/2026-11-03/0.json")
 
 
+@pytest.mark.slow  # about 0.5 s or more: outside the fast lane
 def test_date_slices_out_of_key_order_each_land_once(connect: Any, tmp_path: Path) -> None:
     """What a backfill's discover tasks do (a templated path, each run its own slice:
     ``own_slice_only``): the later day commits first, then the earlier one is read whole,

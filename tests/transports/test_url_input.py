@@ -515,6 +515,7 @@ def test_body_shorter_than_what_was_read_is_an_error_at_discovery(
     assert "1000 bytes long now, and 1200 bytes of it were read" in str(e.value)
 
 
+@pytest.mark.slow  # about 0.5 s or more: outside the fast lane
 def test_validators_kept_with_the_offset_are_checked_at_discovery(
     served: dict[str, Server],
 ) -> None:
