@@ -15,8 +15,10 @@ parts written as one file, before they are deleted: :mod:`airflow_connectors.sin
 ``after_commit`` (:mod:`airflow_connectors.engine.batch`) and
 ``mid_publish`` (the Parquet sink, after publishing one part of a committed batch while
 more remain), ``iceberg_committed`` (the Iceberg sink, after its commit of a batch and
-before the engine marks the batch published), ``delta_committed`` (the same in the Delta
-sink), ``postgres_committed`` (the same in the PostgreSQL sink). A keyed table's
+before the engine marks the batch published), ``delta_rows_listed`` (the Delta sink
+has listed an attempt's staged rows and not read them yet: a publisher racing another
+one of the same batch), ``delta_committed`` (the same as ``iceberg_committed`` in the
+Delta sink), ``postgres_committed`` (the same in the PostgreSQL sink). A keyed table's
 publish (:mod:`airflow_connectors.sinks.changes`) passes ``delta_keys_committed`` and
 ``iceberg_keys_committed`` (its key states committed to ``<table>__keys``, the table's
 own commit not yet made) and ``postgres_changes_applied`` (the changes applied inside

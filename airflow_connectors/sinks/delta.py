@@ -151,6 +151,11 @@ def _why(e: BaseException) -> str:
 # --- the sink (driver) --------------------------------------------------------------
 
 
+class _PartsGone(Exception):
+    """A staged part listed a moment ago is gone: another publisher of the batch
+    committed it and dropped the staged files. The caller looks again."""
+
+
 @dataclass
 class _Part:
     path: str  # relative to the table root
@@ -370,9 +375,6 @@ class DeltaSink(Sink):
         self._commit("errors", batch_id, attempt)
         if self.table.keyed:
             self._publish_changes(batch_id, attempt)
-            failpoints.reach("delta_committed")
-            for kind in KINDS:  # MERGE wrote the rows anew: no staged file is listed
-                self._drop_attempts(kind, batch_id, keep=None)
             return
         self._commit("rows", batch_id, attempt)
         failpoints.reach("delta_committed")
@@ -382,47 +384,61 @@ class DeltaSink(Sink):
             self._drop_attempts(kind, batch_id, keep=None if self.merged else attempt)
 
     def _commit(self, kind: Kind, batch_id: int, attempt: str) -> None:
-        from deltalake.exceptions import CommitFailedError, DeltaError
+        from deltalake.exceptions import CommitFailedError
 
         for _ in range(MAX_CONFLICTS):
-            dt = self._open(kind)
-            parts = self._parts(kind, batch_id, attempt)
-            if dt is not None and self._recorded(dt, batch_id, attempt, parts):
-                return
-            if not parts and (kind == "errors" or dt is not None):
-                return  # nothing to add; an empty batch still creates the rows table
             try:
-                if dt is None:
-                    self._create(kind, batch_id, attempt, parts)
-                    created = self._open(kind)
-                    if created is not None:
-                        self._declare_invariants(created)
-                else:
-                    self._check_schema(dt, kind)
-                    self._declare_invariants(dt)
-                    if self._new_columns(dt, parts):
-                        self._append_merging(dt, kind, batch_id, attempt, parts)
-                    else:
-                        self._append(dt, kind, batch_id, attempt, parts)
-                return
-            except CommitFailedError:
+                if self._commit_once(kind, batch_id, attempt):
+                    return
+            except (CommitFailedError, _PartsGone):
                 continue  # a concurrent commit of this connector: look again
-            except DeltaError as e:
-                if dt is None and "already exists" in str(e):
-                    continue  # another connector created the table first
-                raise SinkUnwritable(
-                    f"table {self.table.name}: cannot commit batch {batch_id} to the Delta "
-                    f"table at {self.location(kind)}: {_why(e)}"
-                ) from e
-            except OSError as e:
-                raise SinkUnwritable(
-                    f"table {self.table.name}: cannot commit batch {batch_id} to the Delta "
-                    f"table at {self.location(kind)}: {_why(e)}; {REMEDY}"
-                ) from e
         raise SinkUnwritable(
             f"table {self.table.name}: batch {batch_id} met {MAX_CONFLICTS} conflicting "
             f"concurrent commits to {self.location(kind)}; the next run retries it"
         )
+
+    def _commit_once(self, kind: Kind, batch_id: int, attempt: str) -> bool:
+        """One try of :meth:`_commit`: True when the batch is in the table, False to
+        look again (another publisher created the table, or committed the batch and
+        dropped its staged files while this one read them)."""
+        from deltalake.exceptions import CommitFailedError, DeltaError
+
+        dt = self._open(kind)
+        parts = self._parts(kind, batch_id, attempt)
+        if dt is not None and self._recorded(dt, batch_id, attempt, parts):
+            return True
+        if not parts and (kind == "errors" or dt is not None):
+            return True  # nothing to add; an empty batch still creates the rows table
+        try:
+            if dt is None:
+                self._create(kind, batch_id, attempt, parts)
+                created = self._open(kind)
+                if created is not None:
+                    self._declare_invariants(created)
+            else:
+                self._check_schema(dt, kind)
+                self._declare_invariants(dt)
+                if self._new_columns(dt, parts):
+                    self._append_merging(dt, kind, batch_id, attempt, parts)
+                else:
+                    self._append(dt, kind, batch_id, attempt, parts)
+            return True
+        except CommitFailedError:
+            raise
+        except DeltaError as e:
+            if self._gone(kind, parts) or (dt is None and "already exists" in str(e)):
+                return False
+            raise SinkUnwritable(
+                f"table {self.table.name}: cannot commit batch {batch_id} to the Delta "
+                f"table at {self.location(kind)}: {_why(e)}"
+            ) from e
+        except OSError as e:
+            if self._gone(kind, parts):
+                return False
+            raise SinkUnwritable(
+                f"table {self.table.name}: cannot commit batch {batch_id} to the Delta "
+                f"table at {self.location(kind)}: {_why(e)}; {REMEDY}"
+            ) from e
 
     def _declare_invariants(self, dt: DeltaTable) -> None:
         """List the ``invariants`` writer feature when the table needs it. delta-rs gives a
@@ -479,6 +495,8 @@ class DeltaSink(Sink):
         root = _fs.filesystem(self.location(kind))[1]
         try:
             infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+            if kind == "rows":
+                failpoints.reach("delta_rows_listed")
             parts = []
             for info in sorted(infos, key=lambda i: i.path):
                 name = info.base_name
@@ -486,8 +504,13 @@ class DeltaSink(Sink):
                     continue
                 if name.startswith((".", "_")):
                     continue
-                with fs.open_input_file(info.path) as fh:
-                    meta = pq.read_metadata(fh)
+                try:
+                    with fs.open_input_file(info.path) as fh:
+                        meta = pq.read_metadata(fh)
+                except OSError as e:  # gone (FileNotFoundError locally, not on S3)
+                    if fs.get_file_info(info.path).type == pafs.FileType.NotFound:
+                        raise _PartsGone(info.path) from e
+                    raise
                 mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
                 parts.append(
                     _Part(
@@ -504,6 +527,20 @@ class DeltaSink(Sink):
                 f"{uri}: {_why(e)}"
             ) from e
         return parts
+
+    def _gone(self, kind: Kind, parts: list[_Part]) -> bool:
+        """Whether a listed part is no longer there: a publisher racing this one (a
+        re-run of the batch) committed it and dropped the staged files."""
+        import pyarrow.fs as pafs
+
+        if not parts:
+            return False
+        fs, root = _fs.filesystem(self.location(kind))
+        try:
+            infos = fs.get_file_info([f"{root}/{p.path}" for p in parts])
+        except OSError:
+            return False
+        return any(i.type == pafs.FileType.NotFound for i in infos)
 
     def _actions(self, parts: list[_Part]) -> list[Any]:
         from deltalake.transaction import AddAction
@@ -616,8 +653,8 @@ class DeltaSink(Sink):
             for _ in range(MAX_CONFLICTS):
                 try:
                     if self._apply_changes(batch_id, attempt):
-                        return
-                except CommitFailedError:
+                        break
+                except (CommitFailedError, _PartsGone):
                     continue  # another writer committed meanwhile: read everything again
                 except DeltaError as e:
                     raise SinkUnwritable(
@@ -629,10 +666,17 @@ class DeltaSink(Sink):
                         f"table {self.table.name}: cannot merge batch {batch_id} into the "
                         f"Delta table at {self.location()}: {_why(e)}; {REMEDY}"
                     ) from e
-        raise SinkUnwritable(
-            f"table {self.table.name}: batch {batch_id} met {MAX_CONFLICTS} conflicting "
-            f"concurrent commits to {self.location()}; the next run retries it"
-        )
+            else:
+                raise SinkUnwritable(
+                    f"table {self.table.name}: batch {batch_id} met {MAX_CONFLICTS} "
+                    f"conflicting concurrent commits to {self.location()}; the next run "
+                    "retries it"
+                )
+            failpoints.reach("delta_committed")
+            # Still under the lock: a publisher racing this one (a re-run of the batch)
+            # reads the staged files under it too, and finds them all or none.
+            for kind in KINDS:  # MERGE wrote the rows anew: no staged file is listed
+                self._drop_attempts(kind, batch_id, keep=None)
 
     def _apply_changes(self, batch_id: int, attempt: str) -> bool:
         """One try of :meth:`_publish_changes` (the lock held); True when done."""

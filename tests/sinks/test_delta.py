@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -348,6 +349,77 @@ def test_connectors_of_one_table_commit_concurrently(tmp_path: Path) -> None:
     assert sorted(dt.to_pyarrow_table().column("id").to_pylist()) == list(range(400))
     assert dt.version() == 3
     assert [dt.transaction_version(f"p.events.c{n}") for n in range(4)] == [10, 11, 12, 13]
+
+
+PUBLISH = """
+import json, sys
+from airflow_connectors.catalog import parse_pipeline
+from airflow_connectors.engine.discovery import context
+spec = parse_pipeline(json.loads(sys.argv[1]))
+table = spec.tables[0]
+sink = context(spec, table, table.connectors[0], sys.argv[2]).sink()
+sink.publish(int(sys.argv[3]), sys.argv[4])
+"""
+
+
+def test_a_rerun_whose_listed_parts_the_first_publisher_dropped_looks_again(
+    tmp_path: Path,
+) -> None:
+    """Batch 2 added a column (``schema_evolution: add_new_columns``), so its commit
+    writes the rows anew and drops the staged files. A re-run of the batch has listed
+    them and not read them yet when the first publisher does that (lined up by the
+    ``delta_rows_listed`` pause): the re-run looks again, finds the batch recorded and
+    adds nothing."""
+    narrow = {**table_spec(tmp_path / "src"), "schema_evolution": "add_new_columns"}
+    sink = sink_of(tmp_path)
+    sink.prepare(1, "1-a")
+    w = sink.writer(1, "1-a", 0, "rows")
+    w.write(rows(0, 10))
+    w.close()
+    sink.publish(1, "1-a")
+    wide = {**narrow, "columns": {**COLUMNS, "extra": "VARCHAR"}}
+    doc = {"pipeline": "p", "tables": {"events": wide}}
+    spec = pipeline({"events": wide})
+    table = spec.tables[0]
+    widened = context(spec, table, table.connectors[0], str(tmp_path / "wh")).sink()
+    assert isinstance(widened, DeltaSink)
+    data = rows(100, 10).append_column("extra", pa.array([f"x{i}" for i in range(10)]))
+    widened.prepare(2, "1-a")
+    w = widened.writer(2, "1-a", 0, "rows")
+    w.write(data)
+    w.close()
+    marks = tmp_path / "fp"
+    marks.mkdir()
+    point = "delta_rows_listed"
+    env = {
+        **os.environ,
+        "AIRFLOW_CONNECTORS_FAILPOINT_DIR": str(marks),
+        "AIRFLOW_CONNECTORS_FAILPOINTS": f"{point}:pause",
+    }
+    rerun = subprocess.Popen(
+        [sys.executable, "-c", PUBLISH, json.dumps(doc), str(tmp_path / "wh"), "2", "1-a"],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (marks / point).exists():
+            assert rerun.poll() is None, rerun.stderr.read().decode() if rerun.stderr else ""
+            assert time.monotonic() < deadline, f"the re-run never reached {point}"
+            time.sleep(0.05)
+        widened.publish(2, "1-a")  # writes the rows anew, drops the staged files
+        assert widened.merged
+        assert not (Path(widened.location()) / "batch-0000000002").exists()
+        (marks / f"{point}.resume").touch()
+        _, err = rerun.communicate(timeout=120)
+    finally:
+        if rerun.poll() is None:
+            rerun.kill()
+            rerun.wait()
+    assert rerun.returncode == 0, err.decode()[-2000:]
+    got = read_delta(widened.location())
+    assert sorted(got.column("id").to_pylist()) == [*range(10), *range(100, 110)]
+    assert delta(widened.location()).transaction_version("p.events.files") == 2
 
 
 def test_existing_table_with_other_columns_is_one_line_error(
