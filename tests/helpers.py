@@ -90,3 +90,16 @@ def headless_chromium(width: int, height: int) -> Any:
     ):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(driver), options=options)
+
+
+#: Publish one batch of a pipeline's first table in a child process, as the ingest job
+#: does after its commit. Arguments: ``<pipeline JSON> <warehouse> <batch id> <attempt>``.
+PUBLISH = """
+import json, sys
+from airflow_connectors.catalog import parse_pipeline
+from airflow_connectors.engine.discovery import context
+spec = parse_pipeline(json.loads(sys.argv[1]))
+table = spec.tables[0]
+sink = context(spec, table, table.connectors[0], sys.argv[2]).sink()
+sink.publish(int(sys.argv[3]), sys.argv[4])
+"""

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,14 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from helpers import checksum, pipeline, run
+from helpers import PUBLISH, checksum, pipeline, run
 
 from airflow_connectors.engine.discovery import context
 from airflow_connectors.engine.runner import RunFailed
 from airflow_connectors.sinks.delta import BATCH_KEY, DeltaSink, storage_options
 from airflow_connectors.state.store import ConnectorRef, StateStore
 from airflow_connectors.testing.changes_kit import ChangesConformance
+from airflow_connectors.testing.jobs import kill, wait_for
 from airflow_connectors.testing.sink_kit import S3Warehouse, SinkCase, SinkConformance
 
 COLUMNS = {"id": "BIGINT NOT NULL", "name": "VARCHAR", "amount": "DOUBLE", "day": "DATE"}
@@ -351,17 +351,6 @@ def test_connectors_of_one_table_commit_concurrently(tmp_path: Path) -> None:
     assert [dt.transaction_version(f"p.events.c{n}") for n in range(4)] == [10, 11, 12, 13]
 
 
-PUBLISH = """
-import json, sys
-from airflow_connectors.catalog import parse_pipeline
-from airflow_connectors.engine.discovery import context
-spec = parse_pipeline(json.loads(sys.argv[1]))
-table = spec.tables[0]
-sink = context(spec, table, table.connectors[0], sys.argv[2]).sink()
-sink.publish(int(sys.argv[3]), sys.argv[4])
-"""
-
-
 def test_a_rerun_whose_listed_parts_the_first_publisher_dropped_looks_again(
     tmp_path: Path,
 ) -> None:
@@ -370,14 +359,17 @@ def test_a_rerun_whose_listed_parts_the_first_publisher_dropped_looks_again(
     them and not read them yet when the first publisher does that (lined up by the
     ``delta_rows_listed`` pause): the re-run looks again, finds the batch recorded and
     adds nothing."""
-    narrow = {**table_spec(tmp_path / "src"), "schema_evolution": "add_new_columns"}
     sink = sink_of(tmp_path)
     sink.prepare(1, "1-a")
     w = sink.writer(1, "1-a", 0, "rows")
     w.write(rows(0, 10))
     w.close()
     sink.publish(1, "1-a")
-    wide = {**narrow, "columns": {**COLUMNS, "extra": "VARCHAR"}}
+    wide = {
+        **table_spec(tmp_path / "src"),
+        "schema_evolution": "add_new_columns",
+        "columns": {**COLUMNS, "extra": "VARCHAR"},
+    }
     doc = {"pipeline": "p", "tables": {"events": wide}}
     spec = pipeline({"events": wide})
     table = spec.tables[0]
@@ -399,24 +391,21 @@ def test_a_rerun_whose_listed_parts_the_first_publisher_dropped_looks_again(
     rerun = subprocess.Popen(
         [sys.executable, "-c", PUBLISH, json.dumps(doc), str(tmp_path / "wh"), "2", "1-a"],
         env=env,
-        stderr=subprocess.PIPE,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 120
-        while not (marks / point).exists():
-            assert rerun.poll() is None, rerun.stderr.read().decode() if rerun.stderr else ""
-            assert time.monotonic() < deadline, f"the re-run never reached {point}"
-            time.sleep(0.05)
+        wait_for(marks / point, rerun)
         widened.publish(2, "1-a")  # writes the rows anew, drops the staged files
         assert widened.merged
         assert not (Path(widened.location()) / "batch-0000000002").exists()
         (marks / f"{point}.resume").touch()
-        _, err = rerun.communicate(timeout=120)
+        out, _ = rerun.communicate(timeout=120)
     finally:
         if rerun.poll() is None:
-            rerun.kill()
-            rerun.wait()
-    assert rerun.returncode == 0, err.decode()[-2000:]
+            kill(rerun)
+    assert rerun.returncode == 0, out.decode()[-2000:]
     got = read_delta(widened.location())
     assert sorted(got.column("id").to_pylist()) == [*range(10), *range(100, 110)]
     assert delta(widened.location()).transaction_version("p.events.files") == 2

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from helpers import PUBLISH
 
 from airflow_connectors.catalog import parse_pipeline
 from airflow_connectors.changes import DELETE, TRUNCATE, UPDATE, UPSERT, change_fields
@@ -311,16 +312,6 @@ def test_random_changes_end_as_the_true_order(shuffled: bool, wh: str) -> None:
 
 
 # --- crashes and races ----------------------------------------------------------------
-
-PUBLISH = """
-import json, sys
-from airflow_connectors.catalog import parse_pipeline
-from airflow_connectors.engine.discovery import context
-spec = parse_pipeline(json.loads(sys.argv[1]))
-table = spec.tables[0]
-sink = context(spec, table, table.connectors[0], sys.argv[2]).sink()
-sink.publish(int(sys.argv[3]), sys.argv[4])
-"""
 
 
 def publish_killed_at(point: str, doc: dict[str, Any], wh: str, batch: int, tmp: Path) -> None:
